@@ -1,0 +1,53 @@
+"""Shared fixtures and the skip rules of the project's pytest markers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data"
+
+# Nothing in the tests may wait on the hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons = {}
+    if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+        reasons["slurm"] = "no SLURM cluster here (sbatch/squeue not on PATH)"
+    if shutil.which("torchrun") is None:
+        reasons["deepspeed"] = "torchrun not on PATH"
+    if not _cuda_available():
+        reasons["gpu"] = "needs CUDA (no GPU here)"
+    for item in items:
+        for marker, why in reasons.items():
+            if marker in item.keywords:
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny Llama + BPE tokenizer built from the shipped data, once per test session."""
+    from spag.tiny_model import build_tiny_model
+
+    corpus = sorted(p for p in DATA.glob("*") if p.suffix in (".json", ".yaml", ".txt"))
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    build_tiny_model(corpus, out, vocab_size=512, hidden_size=32, intermediate_size=64,
+                     num_layers=2, num_heads=4, seed=0)
+    return out

@@ -1,0 +1,5 @@
+import sys
+
+from spag.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``spag`` step: ``add_arguments(parser)`` and ``run(args) -> int``."""
