@@ -1,0 +1,42 @@
+# SPAG: self-play of Adversarial Taboo to improve an LLM's reasoning.
+# `snakemake spag_epoch3` builds M3 and its evaluation; `snakemake -n spag_epoch3`
+# shows the plan. See README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.14.1")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/imitation.smk"
+include: "rules/selfplay.smk"
+include: "rules/spag.smk"
+include: "rules/evaluate.smk"
+
+
+report: "report/workflow.rst"
+
+
+rule all:
+    default_target: True
+    input:
+        epoch_targets(EPOCHS),
+
+
+rule imitation:
+    input:
+        IMITATION_MODEL,
+
+
+# spag_epoch1 ... spag_epochN: M(e) and its evaluation.
+for _epoch in range(1, EPOCHS + 1):
+
+    rule:
+        name:
+            f"spag_epoch{_epoch}"
+        input:
+            epoch_targets(_epoch),

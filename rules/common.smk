@@ -1,0 +1,241 @@
+# Helpers shared by every rule file: validated config, result paths, resources,
+# and the command-line arguments each rule passes to `spag`.
+
+import os
+import shlex
+from pathlib import Path
+
+from spag.config import validate_config
+from spag.launch import torchrun_prefix
+
+validate_config(config, source="config")
+
+if config["offline"]:
+    # The embedded default never waits on the hub; jobs inherit this.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+EPOCHS = config["epochs"]
+NUM_SHARDS = config["selfplay"]["num_shards"]
+TINY_BASE = config["base_model"]["name_or_path"] == "tiny"
+
+
+wildcard_constraints:
+    epoch=r"[1-9][0-9]*",
+    shard=r"[0-9]{3}",
+    model=r"base|imitation|epoch[1-9][0-9]*",
+
+
+# ---------------------------------------------------------------- paths
+RESULTS = Path("results")
+CHECKPOINTS = Path("checkpoints")  # trainer checkpoints: outside declared outputs, for resume
+
+
+def result(*parts):
+    return str(RESULTS.joinpath(*parts))
+
+
+def log_path(*parts):
+    return str(RESULTS.joinpath("logs", *parts))
+
+
+def bench_path(*parts):
+    return str(RESULTS.joinpath("benchmarks", *parts))
+
+
+def epoch_path(*parts):
+    """A path under results/epoch{epoch}/ (the wildcard is left for Snakemake)."""
+    return str(RESULTS.joinpath("epoch{epoch}", *parts))
+
+
+WORDS_TRAIN = result("words", "train.txt")
+WORDS_TEST = result("words", "test.txt")
+BASE_MODEL = result("base_model")
+SFT_DATA = result("data", "sft.parquet")
+IMITATION_SAMPLES = result("imitation", "samples.parquet")
+IMITATION_SCORED = result("imitation", "scored.parquet")
+IMITATION_MODEL = result("imitation", "model")
+IMITATION_LOSS = result("imitation", "loss.tsv")
+SHARD = epoch_path("selfplay", "shard_{shard}.parquet")
+EPISODES = epoch_path("episodes.parquet")
+OUTCOMES = epoch_path("outcomes.tsv")
+SAMPLES = epoch_path("samples.parquet")
+SCORED = epoch_path("scored.parquet")
+MODEL = epoch_path("model")
+LOSS = epoch_path("loss.tsv")
+EVAL_GAMES = epoch_path("eval", "games.parquet")
+EVAL_TABLE = epoch_path("eval", "games.tsv")
+EPOCH_SUMMARY = epoch_path("summary.tsv")
+REASONING = result("eval", "reasoning", "{model}.json")
+
+
+def shard_name(shard):
+    return f"{shard:03d}"
+
+
+def model_of_epoch(epoch):
+    """M(e): the imitation model for e = 0, else epoch e's SPAG model."""
+    epoch = int(epoch)
+    return IMITATION_MODEL if epoch == 0 else MODEL.format(epoch=epoch)
+
+
+def epoch_seed(wildcards):
+    # Each epoch draws its own randomised training prompts.
+    return config["seed"] * 1000 + int(wildcards.epoch)
+
+
+def previous_model(wildcards):
+    return model_of_epoch(int(wildcards.epoch) - 1)
+
+
+def current_model(wildcards):
+    return model_of_epoch(wildcards.epoch)
+
+
+def opponent_model(wildcards):
+    opponent = config["evaluation"]["opponent"]
+    return IMITATION_MODEL if opponent == "imitation" else opponent
+
+
+def named_model(wildcards):
+    """Model folder for the reasoning evaluation's {model} wildcard."""
+    if wildcards.model == "base":
+        return BASE_MODEL
+    if wildcards.model == "imitation":
+        return IMITATION_MODEL
+    return model_of_epoch(wildcards.model.removeprefix("epoch"))
+
+
+def shards_of_epoch(wildcards):
+    return expand(SHARD, epoch=wildcards.epoch, shard=map(shard_name, range(NUM_SHARDS)))
+
+
+def epoch_targets(epoch):
+    """What spag_epoch{e} builds: M(e), its game evaluation, reasoning scores, summary."""
+    return [
+        model_of_epoch(epoch),
+        EVAL_TABLE.format(epoch=epoch),
+        REASONING.format(model=f"epoch{epoch}"),
+        EPOCH_SUMMARY.format(epoch=epoch),
+    ]
+
+
+# ---------------------------------------------------------------- resources
+def _grow(base):
+    # A job that failed for time or memory gets more at its next attempt.
+    return lambda wildcards, attempt: base * attempt
+
+
+def job_resources(kind):
+    """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs."""
+    r = config["resources"][kind]
+    res = {
+        "mem_mb": _grow(r["mem_mb"]),
+        "runtime": _grow(r["runtime"]),
+    }
+    if r["gpus"] > 0:
+        res["gpu"] = r["gpus"]
+    if r["nodes"] > 1:
+        res["nodes"] = r["nodes"]
+    for key in ("slurm_partition", "slurm_account", "slurm_extra"):
+        if r[key]:
+            res[key] = r[key]
+    return res
+
+
+def job_threads(kind):
+    # Threads become --cpus-per-task on SLURM and bound torch's threads locally.
+    return config["resources"][kind]["cpus"]
+
+
+# ---------------------------------------------------------------- arguments
+def cli_args(**options):
+    """Render keyword options as `--key value` flags (booleans as bare flags), shell-quoted."""
+    parts = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            parts.append(flag)
+        elif isinstance(value, (list, tuple)):
+            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        else:
+            parts.append(f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)
+
+
+def train_args(stage):
+    """`spag train` hyper-parameter flags for the `imitation` or `spag` stage."""
+    t = config[stage]
+    options = dict(
+        learning_rate=t["learning_rate"],
+        num_train_epochs=t["num_train_epochs"],
+        max_steps=t["max_steps"],
+        per_device_batch_size=t["per_device_batch_size"],
+        gradient_accumulation_steps=t["gradient_accumulation_steps"],
+        max_length=t["max_length"],
+        lr_scheduler=t["lr_scheduler"],
+        warmup_ratio=t["warmup_ratio"],
+        weight_decay=t["weight_decay"],
+        bf16=t["bf16"],
+        tf32=t["tf32"],
+        gradient_checkpointing=t["gradient_checkpointing"],
+        deepspeed=t["deepspeed"],
+        save_steps=t["save_steps"],
+        logging_steps=t["logging_steps"],
+        kl_coeff=t["kl_coeff"],
+        seed=config["seed"],
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+    )
+    if stage == "spag":
+        options.update(sft_coeff=t["sft_coeff"], clip_eps=t["clip_eps"])
+    flags = cli_args(**options)
+    return flags + ("" if t["group_by_length"] else " --no-group-by-length")
+
+
+def train_launcher():
+    r = config["resources"]["train"]
+    return torchrun_prefix(r["gpus"], r["nodes"])
+
+
+def play_args():
+    s = config["selfplay"]
+    return cli_args(
+        backend=s["backend"],
+        max_turns=config["game"]["max_turns"],
+        max_new_tokens=s["max_new_tokens"],
+        temperature=s["temperature"],
+        top_p=s["top_p"],
+        batch_size=s["batch_size"],
+        max_length=s["max_length"],
+        dtype=s["dtype"],
+        tensor_parallel_size=s["tensor_parallel_size"],
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+    )
+
+
+def eval_play_args():
+    s, e = config["selfplay"], config["evaluation"]
+    return cli_args(
+        backend=s["backend"],
+        max_turns=config["game"]["max_turns"],
+        max_new_tokens=e["max_new_tokens"],
+        batch_size=e["batch_size"],
+        max_length=s["max_length"],
+        dtype=s["dtype"],
+        tensor_parallel_size=s["tensor_parallel_size"],
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+        greedy=True,
+    )
+
+
+def score_args(max_length):
+    s = config["scoring"]
+    return cli_args(
+        batch_size=s["batch_size"],
+        dtype=s["dtype"],
+        max_length=max_length,
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+    )

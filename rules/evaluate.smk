@@ -1,0 +1,100 @@
+# Evaluation of M(e): greedy games against a fixed opponent on the held-out words,
+# reasoning benchmarks (lm-evaluation-harness), and the epoch's summary row.
+
+
+rule eval_play:
+    input:
+        model=current_model,
+        opponent=opponent_model,
+        words=WORDS_TEST,
+        prompts=config["game"]["prompts"],
+    output:
+        EVAL_GAMES,
+    params:
+        seed=config["seed"],
+        args=eval_play_args(),
+    log:
+        log_path("epoch{epoch}", "eval_play.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "eval_play.tsv")
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "spag play --model {input.model:q} --opponent {input.opponent:q}"
+        " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        " --epoch {wildcards.epoch} --seed {params.seed} --model-name epoch{wildcards.epoch}"
+        " --opponent-name opponent {params.args} > {log:q} 2>&1"
+
+
+rule eval_games:
+    input:
+        EVAL_GAMES,
+    output:
+        EVAL_TABLE,
+    log:
+        log_path("epoch{epoch}", "eval_games.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "eval_games.tsv")
+    resources:
+        **job_resources("cpu"),
+    conda:
+        "../envs/spag.yaml"
+    shell:
+        "spag eval-games --episodes {input:q} --output {output:q} --epoch {wildcards.epoch}"
+        " --model-name epoch{wildcards.epoch} > {log:q} 2>&1"
+
+
+rule eval_reasoning:
+    input:
+        model=named_model,
+    output:
+        REASONING,
+    params:
+        args=cli_args(
+            tasks=config["evaluation"]["reasoning"]["tasks"],
+            include_path=config["evaluation"]["reasoning"]["include_path"],
+            limit=config["evaluation"]["reasoning"]["limit"],
+            num_fewshot=config["evaluation"]["reasoning"]["num_fewshot"],
+            batch_size=config["evaluation"]["reasoning"]["batch_size"],
+            trust_remote_code=config["base_model"]["trust_remote_code"],
+        ),
+    log:
+        log_path("eval", "reasoning_{model}.log"),
+    benchmark:
+        bench_path("eval", "reasoning_{model}.tsv")
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
+    conda:
+        "../envs/eval.yaml"
+    shell:
+        "spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
+        " --output {output:q} {params.args} > {log:q} 2>&1"
+
+
+rule epoch_summary:
+    input:
+        outcomes=OUTCOMES,
+        samples=SAMPLES,
+        loss=LOSS,
+        eval_games=EVAL_TABLE,
+        reasoning=REASONING.replace("{model}", "epoch{epoch}"),
+        shards=shards_of_epoch,
+    output:
+        EPOCH_SUMMARY,
+    log:
+        log_path("epoch{epoch}", "summary.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "summary.tsv")
+    resources:
+        **job_resources("cpu"),
+    conda:
+        "../envs/spag.yaml"
+    shell:
+        "spag summarize --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
+        " --samples {input.samples:q} --loss {input.loss:q} --eval-games {input.eval_games:q}"
+        " --reasoning {input.reasoning:q} --selfplay {input.shards:q} --output {output:q}"
+        " > {log:q} 2>&1"

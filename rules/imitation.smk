@@ -1,0 +1,71 @@
+# Imitation learning (SFTwithKL): M0 imitates the winners of demonstration games,
+# with a KL term against the base model.
+
+
+rule imitation_samples:
+    input:
+        data=config["data"]["imitation"],
+        prompts=config["game"]["prompts"],
+    output:
+        IMITATION_SAMPLES,
+    params:
+        seed=config["seed"],
+    log:
+        log_path("imitation", "samples.log"),
+    benchmark:
+        bench_path("imitation", "samples.tsv")
+    resources:
+        **job_resources("cpu"),
+    conda:
+        "../envs/spag.yaml"
+    shell:
+        "spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
+        " --output {output:q} --seed {params.seed} > {log:q} 2>&1"
+
+
+rule score_imitation:
+    input:
+        samples=IMITATION_SAMPLES,
+        model=BASE_MODEL,
+    output:
+        IMITATION_SCORED,
+    params:
+        args=score_args(config["imitation"]["max_length"]),
+    log:
+        log_path("imitation", "score.log"),
+    benchmark:
+        bench_path("imitation", "score.tsv")
+    threads: job_threads("score")
+    resources:
+        **job_resources("score"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "spag score-ref --model {input.model:q} --samples {input.samples:q}"
+        " --output {output:q} {params.args} > {log:q} 2>&1"
+
+
+rule train_imitation:
+    input:
+        samples=IMITATION_SCORED,
+        model=BASE_MODEL,
+    output:
+        model=directory(IMITATION_MODEL),
+        loss=IMITATION_LOSS,
+    params:
+        launch=train_launcher(),
+        checkpoints=str(CHECKPOINTS / "imitation"),
+        args=train_args("imitation"),
+    log:
+        log_path("imitation", "train.log"),
+    benchmark:
+        bench_path("imitation", "train.tsv")
+    threads: job_threads("train")
+    resources:
+        **job_resources("train"),
+    conda:
+        "../envs/train.yaml"
+    shell:
+        "{params.launch} spag train --method sft_kl --model {input.model:q}"
+        " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"
+        " --checkpoint-dir {params.checkpoints:q} {params.args} > {log:q} 2>&1"

@@ -1,0 +1,47 @@
+# Self-play: M(e-1) plays itself, one job per shard of the target words.
+
+
+rule selfplay:
+    input:
+        model=previous_model,
+        words=WORDS_TRAIN,
+        prompts=config["game"]["prompts"],
+    output:
+        SHARD,
+    params:
+        seed=config["seed"],
+        num_shards=NUM_SHARDS,
+        shard=lambda wildcards: int(wildcards.shard),
+        args=play_args(),
+    log:
+        log_path("epoch{epoch}", "selfplay", "shard_{shard}.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
+    threads: job_threads("selfplay")
+    resources:
+        **job_resources("selfplay"),
+    conda:
+        "../envs/vllm.yaml" if config["selfplay"]["backend"] == "vllm" else "../envs/train.yaml"
+    shell:
+        "spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
+        " --output {output:q} --shard-index {params.shard} --num-shards {params.num_shards}"
+        " --epoch {wildcards.epoch} --seed {params.seed} {params.args} > {log:q} 2>&1"
+
+
+rule merge_episodes:
+    input:
+        shards_of_epoch,
+    output:
+        episodes=EPISODES,
+        counts=OUTCOMES,
+    log:
+        log_path("epoch{epoch}", "merge_episodes.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "merge_episodes.tsv")
+    resources:
+        **job_resources("cpu"),
+    conda:
+        "../envs/spag.yaml"
+    shell:
+        "spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
+        " --counts {output.counts:q} --epoch {wildcards.epoch} > {log:q} 2>&1"

@@ -1,0 +1,74 @@
+"""Validation of the pipeline configuration against its JSON schema, with defaults.
+
+The schema (``spag/schemas/config.schema.yaml``) is the one place that lists every
+key; errors name the key path (``selfplay.num_shards``) so a typo fails before any job.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+from spag.errors import SpagInputError
+
+
+# Paper-scale defaults that differ between imitation (SFTwithKL) and SPAG (OfflinePO).
+STAGE_DEFAULTS = {
+    "imitation": {"learning_rate": 5e-6, "kl_coeff": 0.1},
+    "spag": {"learning_rate": 2e-6, "kl_coeff": 0.2},
+}
+
+
+def load_schema() -> dict[str, Any]:
+    text = resources.files("spag").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Validate ``config`` in place (filling defaults) and return it.
+
+    Raises :class:`SpagInputError` listing every wrong or unknown key by its path.
+    """
+    errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        lines = []
+        for err in errors:
+            if err.validator == "additionalProperties":
+                extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+                where = _key_path(err)
+                for key in extra:
+                    full = key if where == "(top level)" else f"{where}.{key}"
+                    lines.append(f"unknown key '{full}'")
+            else:
+                lines.append(f"key '{_key_path(err)}': {err.message}")
+        raise SpagInputError(f"{source}: invalid configuration:\n  " + "\n  ".join(lines))
+    # The two training stages share one schema but not their paper defaults.
+    for stage, defaults in STAGE_DEFAULTS.items():
+        for key, value in defaults.items():
+            config[stage].setdefault(key, value)
+    return config
