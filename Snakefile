@@ -11,6 +11,14 @@ configfile: "config.yaml"
 
 
 include: "rules/common.smk"
+
+
+wildcard_constraints:
+    epoch=r"[1-9][0-9]*",
+    shard=r"[0-9]{3}",
+    model=r"base|imitation|epoch[1-9][0-9]*",
+
+
 include: "rules/data.smk"
 include: "rules/imitation.smk"
 include: "rules/selfplay.smk"

@@ -1,5 +1,5 @@
-# Helpers shared by every rule file: validated config, result paths, resources,
-# and the command-line arguments each rule passes to `spag`.
+# Helpers shared by the rule files (validated config, result paths, resources,
+# and the command-line arguments that rules pass to `spag`).
 
 import os
 import shlex
@@ -21,15 +21,11 @@ NUM_SHARDS = config["selfplay"]["num_shards"]
 TINY_BASE = config["base_model"]["name_or_path"] == "tiny"
 
 
-wildcard_constraints:
-    epoch=r"[1-9][0-9]*",
-    shard=r"[0-9]{3}",
-    model=r"base|imitation|epoch[1-9][0-9]*",
-
-
 # ---------------------------------------------------------------- paths
 RESULTS = Path("results")
-CHECKPOINTS = Path("checkpoints")  # trainer checkpoints: outside declared outputs, for resume
+CHECKPOINTS = Path(
+    "checkpoints"
+)  # trainer checkpoints: outside declared outputs, for resume
 
 
 def result(*parts):
@@ -108,17 +104,26 @@ def named_model(wildcards):
 
 
 def shards_of_epoch(wildcards):
-    return expand(SHARD, epoch=wildcards.epoch, shard=map(shard_name, range(NUM_SHARDS)))
+    return expand(
+        SHARD, epoch=wildcards.epoch, shard=map(shard_name, range(NUM_SHARDS))
+    )
 
 
 def epoch_targets(epoch):
-    """What spag_epoch{e} builds: M(e), its game evaluation, reasoning scores, summary."""
-    return [
-        model_of_epoch(epoch),
-        EVAL_TABLE.format(epoch=epoch),
-        REASONING.format(model=f"epoch{epoch}"),
-        EPOCH_SUMMARY.format(epoch=epoch),
-    ]
+    """What spag_epoch{N} builds: M(N), and the evaluations of the base model, M0 ... M(N).
+
+    Earlier epochs' evaluations are cheap next to their training and give the curve
+    that the paper's claim is about.
+    """
+    targets = [model_of_epoch(epoch), REASONING.format(model="base")]
+    targets.append(REASONING.format(model="imitation"))
+    for e in range(1, int(epoch) + 1):
+        targets += [
+            EVAL_TABLE.format(epoch=e),
+            REASONING.format(model=f"epoch{e}"),
+            EPOCH_SUMMARY.format(epoch=e),
+        ]
+    return targets
 
 
 # ---------------------------------------------------------------- resources
@@ -156,7 +161,7 @@ def cli_args(**options):
     for key, value in options.items():
         if value is None or value is False:
             continue
-        flag = "--" + key.replace("_", "-")
+        flag = f"--{key.replace('_', '-')}"
         if value is True:
             parts.append(flag)
         elif isinstance(value, (list, tuple)):
@@ -192,7 +197,7 @@ def train_args(stage):
     if stage == "spag":
         options.update(sft_coeff=t["sft_coeff"], clip_eps=t["clip_eps"])
     flags = cli_args(**options)
-    return flags + ("" if t["group_by_length"] else " --no-group-by-length")
+    return flags if t["group_by_length"] else f"{flags} --no-group-by-length"
 
 
 def train_launcher():

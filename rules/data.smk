@@ -4,10 +4,22 @@
 rule target_words:
     input:
         stopwords=config["words"]["stopwords"],
-        source=[] if config["words"]["source"] == "wordfreq" else config["words"]["source"],
+        source=(
+            []
+            if config["words"]["source"] == "wordfreq"
+            else config["words"]["source"]
+        ),
     output:
         train=WORDS_TRAIN,
         test=WORDS_TEST,
+    log:
+        log_path("target_words.log"),
+    benchmark:
+        bench_path("target_words.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
     params:
         source=config["words"]["source"],
         args=cli_args(
@@ -17,14 +29,6 @@ rule target_words:
             max_length=config["words"]["max_length"],
             seed=config["seed"],
         ),
-    log:
-        log_path("target_words.log"),
-    benchmark:
-        bench_path("target_words.tsv")
-    resources:
-        **job_resources("cpu"),
-    conda:
-        "../envs/spag.yaml"
     shell:
         "spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
         " --output-train {output.train:q} --output-test {output.test:q} {params.args}"
@@ -38,6 +42,14 @@ if TINY_BASE:
             corpus=config["base_model"]["tiny"]["corpus"],
         output:
             directory(BASE_MODEL),
+        log:
+            log_path("base_model.log"),
+        benchmark:
+            bench_path("base_model.tsv")
+        conda:
+            "../envs/spag.yaml"
+        resources:
+            **job_resources("cpu"),
         params:
             args=cli_args(
                 vocab_size=config["base_model"]["tiny"]["vocab_size"],
@@ -47,14 +59,6 @@ if TINY_BASE:
                 num_heads=config["base_model"]["tiny"]["num_heads"],
                 seed=config["seed"],
             ),
-        log:
-            log_path("base_model.log"),
-        benchmark:
-            bench_path("base_model.tsv")
-        resources:
-            **job_resources("cpu"),
-        conda:
-            "../envs/spag.yaml"
         shell:
             "spag build-tiny-model --corpus {input.corpus:q} --output {output:q} {params.args}"
             " > {log:q} 2>&1"
@@ -64,20 +68,20 @@ else:
     rule base_model:
         output:
             directory(BASE_MODEL),
+        log:
+            log_path("base_model.log"),
+        benchmark:
+            bench_path("base_model.tsv")
+        conda:
+            "../envs/spag.yaml"
+        resources:
+            **job_resources("cpu"),
         params:
             name=config["base_model"]["name_or_path"],
             args=cli_args(
                 revision=config["base_model"]["revision"],
                 trust_remote_code=config["base_model"]["trust_remote_code"],
             ),
-        log:
-            log_path("base_model.log"),
-        benchmark:
-            bench_path("base_model.tsv")
-        resources:
-            **job_resources("cpu"),
-        conda:
-            "../envs/spag.yaml"
         shell:
             "spag prepare-base-model --name-or-path {params.name:q} --output {output:q}"
             " {params.args} > {log:q} 2>&1"
@@ -88,15 +92,15 @@ rule sft_data:
         config["data"]["sft"],
     output:
         SFT_DATA,
-    params:
-        args=cli_args(max_rows=config["data"]["sft_max_rows"], seed=config["seed"]),
     log:
         log_path("sft_data.log"),
     benchmark:
         bench_path("sft_data.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        args=cli_args(max_rows=config["data"]["sft_max_rows"], seed=config["seed"]),
     shell:
         "spag prepare-sft --input {input:q} --output {output:q} {params.args} > {log:q} 2>&1"

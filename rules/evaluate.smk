@@ -10,18 +10,18 @@ rule eval_play:
         prompts=config["game"]["prompts"],
     output:
         EVAL_GAMES,
-    params:
-        seed=config["seed"],
-        args=eval_play_args(),
     log:
         log_path("epoch{epoch}", "eval_play.log"),
     benchmark:
         bench_path("epoch{epoch}", "eval_play.tsv")
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("evaluate")
     resources:
         **job_resources("evaluate"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        seed=config["seed"],
+        args=eval_play_args(),
     shell:
         "spag play --model {input.model:q} --opponent {input.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
@@ -38,10 +38,10 @@ rule eval_games:
         log_path("epoch{epoch}", "eval_games.log"),
     benchmark:
         bench_path("epoch{epoch}", "eval_games.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
     shell:
         "spag eval-games --episodes {input:q} --output {output:q} --epoch {wildcards.epoch}"
         " --model-name epoch{wildcards.epoch} > {log:q} 2>&1"
@@ -52,6 +52,15 @@ rule eval_reasoning:
         model=named_model,
     output:
         REASONING,
+    log:
+        log_path("eval", "reasoning_{model}.log"),
+    benchmark:
+        bench_path("eval", "reasoning_{model}.tsv")
+    conda:
+        "../envs/eval.yaml"
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
     params:
         args=cli_args(
             tasks=config["evaluation"]["reasoning"]["tasks"],
@@ -61,15 +70,6 @@ rule eval_reasoning:
             batch_size=config["evaluation"]["reasoning"]["batch_size"],
             trust_remote_code=config["base_model"]["trust_remote_code"],
         ),
-    log:
-        log_path("eval", "reasoning_{model}.log"),
-    benchmark:
-        bench_path("eval", "reasoning_{model}.tsv")
-    threads: job_threads("evaluate")
-    resources:
-        **job_resources("evaluate"),
-    conda:
-        "../envs/eval.yaml"
     shell:
         "spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
@@ -89,10 +89,10 @@ rule epoch_summary:
         log_path("epoch{epoch}", "summary.log"),
     benchmark:
         bench_path("epoch{epoch}", "summary.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
     shell:
         "spag summarize --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --eval-games {input.eval_games:q}"

@@ -8,16 +8,16 @@ rule imitation_samples:
         prompts=config["game"]["prompts"],
     output:
         IMITATION_SAMPLES,
-    params:
-        seed=config["seed"],
     log:
         log_path("imitation", "samples.log"),
     benchmark:
         bench_path("imitation", "samples.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        seed=config["seed"],
     shell:
         "spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
         " --output {output:q} --seed {params.seed} > {log:q} 2>&1"
@@ -29,17 +29,17 @@ rule score_imitation:
         model=BASE_MODEL,
     output:
         IMITATION_SCORED,
-    params:
-        args=score_args(config["imitation"]["max_length"]),
     log:
         log_path("imitation", "score.log"),
     benchmark:
         bench_path("imitation", "score.tsv")
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("score")
     resources:
         **job_resources("score"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        args=score_args(config["imitation"]["max_length"]),
     shell:
         "spag score-ref --model {input.model:q} --samples {input.samples:q}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
@@ -52,19 +52,19 @@ rule train_imitation:
     output:
         model=directory(IMITATION_MODEL),
         loss=IMITATION_LOSS,
-    params:
-        launch=train_launcher(),
-        checkpoints=str(CHECKPOINTS / "imitation"),
-        args=train_args("imitation"),
     log:
         log_path("imitation", "train.log"),
     benchmark:
         bench_path("imitation", "train.tsv")
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("train")
     resources:
         **job_resources("train"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        launch=train_launcher(),
+        checkpoints=str(CHECKPOINTS / "imitation"),
+        args=train_args("imitation"),
     shell:
         "{params.launch} spag train --method sft_kl --model {input.model:q}"
         " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"

@@ -8,20 +8,22 @@ rule selfplay:
         prompts=config["game"]["prompts"],
     output:
         SHARD,
+    log:
+        log_path("epoch{epoch}", "selfplay", "shard_{shard}.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
+    conda:
+        "../envs/vllm.yaml"
+        if config["selfplay"]["backend"] == "vllm"
+        else "../envs/train.yaml"
+    threads: job_threads("selfplay")
+    resources:
+        **job_resources("selfplay"),
     params:
         seed=config["seed"],
         num_shards=NUM_SHARDS,
         shard=lambda wildcards: int(wildcards.shard),
         args=play_args(),
-    log:
-        log_path("epoch{epoch}", "selfplay", "shard_{shard}.log"),
-    benchmark:
-        bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
-    threads: job_threads("selfplay")
-    resources:
-        **job_resources("selfplay"),
-    conda:
-        "../envs/vllm.yaml" if config["selfplay"]["backend"] == "vllm" else "../envs/train.yaml"
     shell:
         "spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
         " --output {output:q} --shard-index {params.shard} --num-shards {params.num_shards}"
@@ -38,10 +40,10 @@ rule merge_episodes:
         log_path("epoch{epoch}", "merge_episodes.log"),
     benchmark:
         bench_path("epoch{epoch}", "merge_episodes.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
     shell:
         "spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
         " --counts {output.counts:q} --epoch {wildcards.epoch} > {log:q} 2>&1"

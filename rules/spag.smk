@@ -8,17 +8,17 @@ rule assign_rewards:
         prompts=config["game"]["prompts"],
     output:
         SAMPLES,
-    params:
-        decay=config["rewards"]["decay"],
-        seed=epoch_seed,
     log:
         log_path("epoch{epoch}", "assign_rewards.log"),
     benchmark:
         bench_path("epoch{epoch}", "assign_rewards.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        decay=config["rewards"]["decay"],
+        seed=epoch_seed,
     shell:
         "spag assign-rewards --episodes {input.episodes:q} --output {output:q}"
         " --sft-data {input.sft:q} --decay-weight {params.decay} --seed {params.seed}"
@@ -31,17 +31,17 @@ rule score_ref:
         model=previous_model,
     output:
         SCORED,
-    params:
-        args=score_args(config["spag"]["max_length"]),
     log:
         log_path("epoch{epoch}", "score_ref.log"),
     benchmark:
         bench_path("epoch{epoch}", "score_ref.tsv")
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("score")
     resources:
         **job_resources("score"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        args=score_args(config["spag"]["max_length"]),
     shell:
         "spag score-ref --model {input.model:q} --samples {input.samples:q}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
@@ -54,19 +54,19 @@ rule train_spag:
     output:
         model=directory(MODEL),
         loss=LOSS,
-    params:
-        launch=train_launcher(),
-        checkpoints=str(CHECKPOINTS / "epoch{epoch}"),
-        args=train_args("spag"),
     log:
         log_path("epoch{epoch}", "train.log"),
     benchmark:
         bench_path("epoch{epoch}", "train.tsv")
+    conda:
+        "../envs/train.yaml"
     threads: job_threads("train")
     resources:
         **job_resources("train"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        launch=train_launcher(),
+        checkpoints=str(CHECKPOINTS / "epoch{epoch}"),
+        args=train_args("spag"),
     shell:
         "{params.launch} spag train --method offline_po --model {input.model:q}"
         " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"

@@ -104,7 +104,9 @@ def read_parquet(path: str | os.PathLike, what: str = "table") -> pa.Table:
     if not p.is_file():
         raise SpagInputError(f"{what} file not found: {p}")
     try:
-        return pq.read_table(p)
+        # ParquetFile, not read_table: read_table imports pyarrow.dataset, which imports
+        # pandas (most of a second), and a path here is always a single file.
+        return pq.ParquetFile(p).read()
     except (pa.ArrowInvalid, OSError) as exc:
         raise SpagInputError(f"{p}: not a readable Parquet {what}: {exc}") from exc
 

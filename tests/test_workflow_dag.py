@@ -1,0 +1,100 @@
+"""The DAG: job counts of a dry run, target rules, config validation before any job."""
+
+from __future__ import annotations
+
+import pytest
+from workflow_utils import job_counts, make_workdir, snakemake
+
+PER_EPOCH = {
+    "merge_episodes": 1,
+    "assign_rewards": 1,
+    "score_ref": 1,
+    "train_spag": 1,
+    "eval_play": 1,
+    "eval_games": 1,
+    "epoch_summary": 1,
+}
+ONCE = {
+    "target_words": 1,
+    "base_model": 1,
+    "sft_data": 1,
+    "imitation_samples": 1,
+    "score_imitation": 1,
+    "train_imitation": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return make_workdir(tmp_path_factory.mktemp("dag"))
+
+
+@pytest.mark.parametrize("epochs,shards", [(3, 3), (3, 5), (2, 1)])
+def test_dry_run_job_counts(workdir, epochs, shards):
+    res = snakemake(
+        workdir,
+        f"spag_epoch{epochs}",
+        "-n",
+        config={"epochs": epochs, "selfplay": {"num_shards": shards}},
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+    counts = job_counts(res.stdout + res.stderr)
+    expected = {**ONCE, "selfplay": epochs * shards}
+    expected.update({rule: n * epochs for rule, n in PER_EPOCH.items()})
+    # base model, M0, and M1..M(epochs)
+    expected["eval_reasoning"] = epochs + 2
+    expected[f"spag_epoch{epochs}"] = 1
+    assert dict(counts) == expected
+
+
+def test_epoch_targets_exist_up_to_configured_epochs(workdir):
+    res = snakemake(workdir, "--list-target-rules", config={"epochs": 4})
+    assert res.returncode == 0, res.stderr
+    listed = set(res.stdout.split())
+    assert {"all", "imitation", "spag_epoch1", "spag_epoch4"} <= listed
+    assert "spag_epoch5" not in listed
+
+
+def test_imitation_target_builds_m0_only(workdir):
+    res = snakemake(workdir, "imitation", "-n")
+    assert res.returncode == 0, res.stderr
+    counts = job_counts(res.stdout + res.stderr)
+    assert set(counts) == set(ONCE) - {"target_words", "sft_data"} | {"imitation"}
+
+
+def test_shard_outputs_follow_the_design_layout(workdir):
+    res = snakemake(workdir, "spag_epoch1", "-n", config={"epochs": 1})
+    out = res.stdout + res.stderr
+    for s in ("000", "001", "002"):
+        assert f"results/epoch1/selfplay/shard_{s}.parquet" in out
+    for path in (
+        "results/imitation/model",
+        "results/epoch1/episodes.parquet",
+        "results/epoch1/samples.parquet",
+        "results/epoch1/scored.parquet",
+        "results/epoch1/model",
+    ):
+        assert path in out
+
+
+@pytest.mark.parametrize(
+    "bad,key",
+    [
+        ({"selfplay": {"num_shard": 2}}, "selfplay.num_shard"),
+        ({"bogus": 1}, "bogus"),
+        ({"epochs": 0}, "epochs"),
+        ({"selfplay": {"backend": "tgi"}}, "selfplay.backend"),
+    ],
+)
+def test_bad_config_fails_before_any_job_naming_the_key(workdir, bad, key):
+    res = snakemake(workdir, "spag_epoch1", "-n", config=bad)
+    assert res.returncode != 0
+    assert key in res.stderr + res.stdout
+    assert "Job stats" not in res.stdout
+
+
+def test_dag_and_rulegraph_render(workdir):
+    for flag in ("--dag", "--rulegraph"):
+        res = snakemake(workdir, "spag_epoch2", flag)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.lstrip().startswith("digraph"), res.stdout[:200]
