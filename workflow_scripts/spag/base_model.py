@@ -9,6 +9,7 @@ refused: loading them can run arbitrary code.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -137,6 +138,18 @@ def _hub_error(repo_id: str, revision: str | None, exc: Exception) -> SpagInputE
     return SpagInputError(f"{what}: download failed: {exc}")
 
 
+def _copy_matching(src: Path, dst: Path, patterns: list[str]) -> None:
+    """Copy the files of ``src`` whose relative path matches a pattern, as a download would.
+
+    Cache files are links into the blob store: their content is copied.
+    """
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src).as_posix()
+        if f.is_file() and any(fnmatch.fnmatch(rel, pat) for pat in patterns):
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst / rel)
+
+
 def download_hub_model(
     repo_id: str,
     output: str | os.PathLike,
@@ -169,8 +182,7 @@ def download_hub_model(
                     allow_patterns=HUB_PATTERNS,
                     local_files_only=True,
                 )
-                # Cache files are links into the blob store: copy their content.
-                shutil.copytree(snapshot, tmp, dirs_exist_ok=True)
+                _copy_matching(Path(snapshot), tmp, HUB_PATTERNS)
             else:
                 snapshot_download(
                     repo_id, revision=revision, local_dir=tmp, allow_patterns=HUB_PATTERNS
