@@ -8,13 +8,14 @@ episode id.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from spag.arrow_columns import build_array
 from spag.errors import SpagInputError
 from spag.judge import judge_flat
 from spag.tables import EPISODE_FIELDS, JUDGED_FIELDS, OUTCOMES, read_parquet, require_columns
@@ -33,11 +34,6 @@ class FlatEpisodes:
     offsets: list[int]  # messages of game i: offsets[i]:offsets[i + 1]
     roles: list[str]
     contents: list[str]
-
-
-def _first_true(mask: pa.Array | pa.ChunkedArray) -> int | None:
-    idx = pc.index(mask, True).as_py()
-    return None if idx is None or idx < 0 else idx
 
 
 def _check_history_type(table: pa.Table, source: str) -> None:
@@ -70,9 +66,22 @@ def validate_episodes(table: pa.Table, source: str, judged: bool = False) -> pa.
     """Check an episode table and cast its contract columns; return the checked table.
 
     Checks: the contract columns and types, at least one row, unique non-null
-    episode ids, non-null target words, ``max_turns`` > 0, message roles that
-    are attacker/defender alternating from the attacker, non-null contents.
-    With ``judged``, also ``outcome`` (one of the four outcomes) and ``num_messages``.
+    episode ids, non-empty target words, ``max_turns`` > 0, non-null histories
+    whose roles are attacker/defender alternating from the attacker, non-null
+    contents. With ``judged``, also ``outcome`` (one of the four outcomes) and
+    ``num_messages``.
+    """
+    return load_episodes(table, source, judged)[0]
+
+
+def load_episodes(
+    table: pa.Table, source: str, judged: bool = False
+) -> tuple[pa.Table, FlatEpisodes]:
+    """:func:`validate_episodes` that also returns the game columns as Python lists.
+
+    The checks run on the lists (one pass over the data), not with Arrow compute
+    functions: those convert Python scalars through pandas, whose import alone
+    costs more than judging 50,000 games.
     """
     _check_history_type(table, source)
     fields = EPISODE_FIELDS + (JUDGED_FIELDS if judged else [])
@@ -80,83 +89,77 @@ def validate_episodes(table: pa.Table, source: str, judged: bool = False) -> pa.
     if table.num_rows == 0:
         raise SpagInputError(f"{source}: no episodes (the table is empty)")
 
-    ids = table.column("episode_id")
-    if ids.null_count:
-        row = _first_true(pc.is_null(ids))
-        raise SpagInputError(f"{source}: column 'episode_id' is null in row {row}")
-    if pc.count_distinct(ids).as_py() != table.num_rows:
-        counts = pc.value_counts(ids)
-        dup = counts.field("values").filter(pc.greater(counts.field("counts"), 1))[0].as_py()
+    ids = table.column("episode_id").to_pylist()
+    if None in ids:
+        raise SpagInputError(f"{source}: column 'episode_id' is null in row {ids.index(None)}")
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        dup = next(x for x in ids if x in seen or seen.add(x))
         raise SpagInputError(f"{source}: column 'episode_id': duplicate episode id {dup!r}")
 
-    def episode(row: int) -> str:
-        return repr(ids[row].as_py())
-
-    words = table.column("target_word")
-    row = _first_true(pc.or_kleene(pc.is_null(words), pc.equal(pc.utf8_length(words), 0)))
-    if row is not None:
-        raise SpagInputError(
-            f"{source}: column 'target_word' is null or empty in episode {episode(row)}"
-        )
-    turns = table.column("max_turns")
-    row = _first_true(pc.fill_null(pc.less_equal(turns, 0), True))
-    if row is not None:
-        raise SpagInputError(
-            f"{source}: column 'max_turns' must be a positive integer, got "
-            f"{turns[row].as_py()!r} in episode {episode(row)}"
-        )
+    words = table.column("target_word").to_pylist()
+    for row, word in enumerate(words):
+        if not word:
+            raise SpagInputError(
+                f"{source}: column 'target_word' is null or empty in episode {ids[row]!r}"
+            )
+    turns = table.column("max_turns").to_pylist()
+    for row, t in enumerate(turns):
+        if t is None or t <= 0:
+            raise SpagInputError(
+                f"{source}: column 'max_turns' must be a positive integer, got {t!r} "
+                f"in episode {ids[row]!r}"
+            )
 
     history = table.column("history").combine_chunks()
     if history.null_count:
-        row = _first_true(history.is_null())
-        raise SpagInputError(f"{source}: column 'history' is null in episode {episode(row)}")
-    lengths = pc.list_value_length(history).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+        row = history.is_null().to_pylist().index(True)
+        raise SpagInputError(f"{source}: column 'history' is null in episode {ids[row]!r}")
+    # The list offsets of a sliced array start where the slice does; flatten() matches.
+    raw_offsets = history.offsets.to_pylist()
+    offsets = [o - raw_offsets[0] for o in raw_offsets]
     role_arr, content_arr = history.flatten().flatten()
+    roles = role_arr.to_pylist()
+    contents = content_arr.to_pylist()
+    flat = FlatEpisodes(ids, words, turns, offsets, roles, contents)
 
-    def message_episode(msg: int) -> tuple[str, int]:
-        row = int(np.searchsorted(offsets, msg, side="right")) - 1
-        return episode(row), msg - int(offsets[row])
+    def where(msg: int) -> str:
+        row = bisect.bisect_right(offsets, msg) - 1
+        return f"message {msg - offsets[row]} of episode {ids[row]!r}"
 
-    bad = _first_true(pc.invert(pc.fill_null(pc.is_in(role_arr, pa.array(ROLES)), False)))
-    if bad is not None:
-        ep, pos = message_episode(bad)
-        raise SpagInputError(
-            f"{source}: column 'history': message {pos} of episode {ep} has role "
-            f"{role_arr[bad].as_py()!r}, expected 'attacker' or 'defender'"
-        )
     if content_arr.null_count:
-        ep, pos = message_episode(_first_true(content_arr.is_null()))
         raise SpagInputError(
-            f"{source}: column 'history': message {pos} of episode {ep} has null content"
+            f"{source}: column 'history': {where(contents.index(None))} has null content"
         )
-    if len(role_arr):
-        is_attacker = pc.equal(role_arr, "attacker").to_numpy(zero_copy_only=False)
-        pos = np.arange(len(role_arr), dtype=np.int64) - np.repeat(offsets[:-1], lengths)
-        wrong = np.flatnonzero(is_attacker != (pos % 2 == 0))
-        if len(wrong):
-            ep, p = message_episode(int(wrong[0]))
+    # A game's roles must be a prefix of attacker, defender, attacker, ...
+    longest = max(b - a for a, b in itertools.pairwise(offsets))
+    expected = list(ROLES) * ((longest + 1) // 2)
+    for row in range(len(ids)):
+        start, end = offsets[row], offsets[row + 1]
+        if roles[start:end] != expected[: end - start]:
+            msg = next(k for k in range(start, end) if roles[k] != expected[k - start])
+            role = roles[msg]
+            if role in ROLES:
+                raise SpagInputError(
+                    f"{source}: column 'history': roles must alternate starting with the "
+                    f"attacker; {where(msg)} is by the {role}"
+                )
             raise SpagInputError(
-                f"{source}: column 'history': roles must alternate starting with the "
-                f"attacker; message {p} of episode {ep} is by the "
-                f"{role_arr[int(wrong[0])].as_py()}"
+                f"{source}: column 'history': {where(msg)} has role {role!r}, "
+                "expected 'attacker' or 'defender'"
             )
 
     if judged:
-        outcome = table.column("outcome")
-        row = _first_true(pc.invert(pc.fill_null(pc.is_in(outcome, pa.array(OUTCOMES)), False)))
-        if row is not None:
-            raise SpagInputError(
-                f"{source}: column 'outcome' has {outcome[row].as_py()!r} in episode "
-                f"{episode(row)}; expected one of {list(OUTCOMES)}"
-            )
+        for row, outcome in enumerate(table.column("outcome").to_pylist()):
+            if outcome not in OUTCOMES:
+                raise SpagInputError(
+                    f"{source}: column 'outcome' has {outcome!r} in episode {ids[row]!r}; "
+                    f"expected one of {list(OUTCOMES)}"
+                )
         if table.column("num_messages").null_count:
-            row = _first_true(pc.is_null(table.column("num_messages")))
-            raise SpagInputError(
-                f"{source}: column 'num_messages' is null in episode {episode(row)}"
-            )
-    return table
+            row = table.column("num_messages").to_pylist().index(None)
+            raise SpagInputError(f"{source}: column 'num_messages' is null in episode {ids[row]!r}")
+    return table, flat
 
 
 def read_episodes(path: str | os.PathLike, judged: bool = False) -> pa.Table:
@@ -166,20 +169,8 @@ def read_episodes(path: str | os.PathLike, judged: bool = False) -> pa.Table:
 
 
 def flatten_episodes(table: pa.Table) -> FlatEpisodes:
-    """The game columns of a validated episode table as Python lists."""
-    history = table.column("history").combine_chunks()
-    lengths = pc.list_value_length(history).to_numpy(zero_copy_only=False)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    role_arr, content_arr = history.flatten().flatten()
-    return FlatEpisodes(
-        episode_ids=table.column("episode_id").to_pylist(),
-        target_words=table.column("target_word").to_pylist(),
-        max_turns=table.column("max_turns").to_pylist(),
-        offsets=offsets.tolist(),
-        roles=role_arr.to_pylist(),
-        contents=content_arr.to_pylist(),
-    )
+    """The game columns of an episode table as Python lists (validated on the way)."""
+    return load_episodes(table, "episodes")[1]
 
 
 def judge_flat_episodes(flat: FlatEpisodes) -> tuple[list[str], list[int]]:
@@ -194,7 +185,7 @@ def judge_table(table: pa.Table) -> pa.Table:
     """
     outcomes, ns = judge_flat_episodes(flatten_episodes(table))
     for field, values in zip(JUDGED_FIELDS, (outcomes, ns), strict=True):
-        arr = pa.array(values, type=field.type)
+        arr = build_array(values, field.type)
         idx = table.schema.get_field_index(field.name)
         table = table.set_column(idx, field, arr) if idx >= 0 else table.append_column(field, arr)
     return table

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import string
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,10 @@ class Prompts:
     # role -> list of (label of that role, label of the other role)
     speaker_labels: Mapping[str, Sequence[tuple[str, str]]]
     layouts: Sequence[str]
+    _rules_cache: dict[tuple[int, int], str] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    _combinations: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def play_prompt(
         self,
@@ -128,14 +132,20 @@ class Prompts:
         max_turns: int,
         rng: Any,
     ) -> str:
-        """A randomised prompt for ``role``'s next message (see :meth:`training_prompt_from`)."""
+        """A randomised prompt for ``role``'s next message; it ends with a cue line.
+
+        ``rng`` is a ``random.Random`` or a numpy ``Generator``; one uniform number
+        is drawn from it, so the same state gives the same prompt.
+        """
+        if not (hasattr(rng, "random") and callable(rng.random)):
+            raise TypeError(f"rng must be a random.Random or numpy Generator, not {type(rng)}")
         return self.training_prompt_from(
             [m["role"] for m in history],
             [m["content"] for m in history],
             role,
             target_word,
             max_turns,
-            _chooser(rng),
+            float(rng.random()),
         )
 
     def training_prompt_from(
@@ -145,51 +155,68 @@ class Prompts:
         role: str,
         target_word: str,
         max_turns: int,
-        choose: Callable[[Sequence[Any]], Any],
+        u: float,
     ) -> str:
         """Build a training prompt from parallel role/content lists.
 
-        ``choose(seq)`` picks one element; the choices are drawn in a fixed order,
-        so the same random state gives the same prompt.
+        ``u`` in [0, 1) selects one combination of all the randomised pieces
+        (separator, speaker labels, layout, rule text, instruction, titles),
+        each combination equally likely.
         """
         _check_role(role)
-        sep = choose(self.separators)
-        mine, theirs = choose(self.speaker_labels[role])
-        layout = choose(self.layouts)
-        rules = choose(self.rules).format(max_turns=max_turns)
-        instruction = choose(self.instructions[role]).format(target_word=target_word)
-        title = choose(self.section_titles)
-        label = {role: mine, OTHER_ROLE[role]: theirs}
-        history = "".join(
-            f"{sep}{label.get(r, r)}: {c}" for r, c in zip(roles, contents, strict=True)
-        )
+        idx = int(u * self._n_combinations(role))
+        idx, i_sep = divmod(idx, len(self.separators))
+        idx, i_lab = divmod(idx, len(self.speaker_labels[role]))
+        idx, i_lay = divmod(idx, len(self.layouts))
+        idx, i_rul = divmod(idx, len(self.rules))
+        idx, i_ins = divmod(idx, len(self.instructions[role]))
+        idx, i_tit = divmod(idx, len(self.section_titles))
+        idx, i_sta = divmod(idx, len(self.started))
+        i_his = idx % len(self.history_titles)
+
+        sep = self.separators[i_sep]
+        mine, theirs = self.speaker_labels[role][i_lab]
+        layout = self.layouts[i_lay]
+        key = (i_rul, max_turns)
+        rules = self._rules_cache.get(key)
+        if rules is None:
+            rules = self._rules_cache[key] = self.rules[i_rul].format(max_turns=max_turns)
+        instruction = self.instructions[role][i_ins].format(target_word=target_word)
+        label = {role: f"{sep}{mine}: ", OTHER_ROLE[role]: f"{sep}{theirs}: "}
+        history = "".join([label[r] + c for r, c in zip(roles, contents, strict=True)])
         cue = f"{sep}{mine}:"
         if not history:
-            instruction = f"{instruction} {choose(self.started)}"
+            instruction = f"{instruction} {self.started[i_sta]}"
         if layout == "rules_then_history":
-            text = f"{sep}{title}: {rules}\n\n{instruction}{history}{cue}"
+            text = f"{sep}{self.section_titles[i_tit]}: {rules}\n\n{instruction}{history}{cue}"
         elif layout == "history_then_rules":
-            text = f"{history}{sep}{title}: {rules}\n\n{instruction}{cue}"
+            text = f"{history}{sep}{self.section_titles[i_tit]}: {rules}\n\n{instruction}{cue}"
+        elif history:
+            text = f"{rules}\n\n{self.history_titles[i_his]}{history}\n\n{instruction}{cue}"
         else:
-            if history:
-                text = f"{rules}\n\n{choose(self.history_titles)}{history}\n\n{instruction}{cue}"
-            else:
-                text = f"{rules}\n\n{instruction}{cue}"
+            text = f"{rules}\n\n{instruction}{cue}"
         return text.lstrip("\n")
+
+    def _n_combinations(self, role: str) -> int:
+        n = self._combinations.get(role)
+        if n is None:
+            n = (
+                len(self.separators)
+                * len(self.speaker_labels[role])
+                * len(self.layouts)
+                * len(self.rules)
+                * len(self.instructions[role])
+                * len(self.section_titles)
+                * len(self.started)
+                * len(self.history_titles)
+            )
+            self._combinations[role] = n
+        return n
 
 
 def _check_role(role: str) -> None:
     if role not in OTHER_ROLE:
         raise ValueError(f"unknown role {role!r}; expected one of {ROLES}")
-
-
-def _chooser(rng: Any) -> Callable[[Sequence[Any]], Any]:
-    """A ``choose(seq)`` function over a ``random.Random`` or a numpy ``Generator``."""
-    if hasattr(rng, "integers"):
-        return lambda seq: seq[int(rng.integers(len(seq)))]
-    if hasattr(rng, "randrange"):
-        return lambda seq: seq[rng.randrange(len(seq))]
-    raise TypeError(f"rng must be a random.Random or numpy Generator, not {type(rng).__name__}")
 
 
 def load_prompts(path: str | os.PathLike | None = None) -> Prompts:

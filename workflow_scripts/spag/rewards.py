@@ -9,13 +9,12 @@ weighted so that attacker and defender carry half of the total weight each.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from spag.episodes import FlatEpisodes, flatten_episodes, judge_flat_episodes, validate_episodes
+from spag.arrow_columns import build_array
+from spag.episodes import FlatEpisodes, judge_flat_episodes, load_episodes
 from spag.errors import SpagInputError
 from spag.judge import ATTACKER_WINS, DEFENDER_WINS
 from spag.prompts import Prompts, load_prompts
@@ -51,14 +50,9 @@ class _Columns:
     def table(self) -> pa.Table:
         names = SAMPLE_SCHEMA.names
         arrays = [
-            pa.array(getattr(self, name), type=SAMPLE_SCHEMA.field(name).type) for name in names
+            build_array(getattr(self, name), SAMPLE_SCHEMA.field(name).type) for name in names
         ]
         return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
-
-
-def _choose_with(rng: random.Random) -> Callable[[Sequence[Any]], Any]:
-    rand = rng.random
-    return lambda seq: seq[int(rand() * len(seq))]
 
 
 def _game_rows(
@@ -67,7 +61,7 @@ def _game_rows(
     outcomes: list[str],
     ns: list[int],
     prompts: Prompts,
-    choose: Callable[[Sequence[Any]], Any],
+    rand: Callable[[], float],
     decay: float | None,
 ) -> tuple[int, int]:
     """Append the winner's messages of each decisive game; return (N_a, N_d).
@@ -97,7 +91,7 @@ def _game_rows(
                 continue
             count += 1
             cols.query.append(
-                build(roles[start:k], contents[start:k], winner, word, max_turns, choose)
+                build(roles[start:k], contents[start:k], winner, word, max_turns, rand())
             )
             cols.target.append(contents[k].strip())
             cols.turn.append(k - start)
@@ -135,10 +129,10 @@ def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
         col = table.column(name)
         if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
             raise SpagInputError(f"{source}: column '{name}' has type {col.type}, expected string")
+        values = col.to_pylist()
         if col.null_count:
-            row = pc.index(pc.is_null(col), True).as_py()
-            raise SpagInputError(f"{source}: column '{name}' is null in row {row}")
-        out.append(col.to_pylist())
+            raise SpagInputError(f"{source}: column '{name}' is null in row {values.index(None)}")
+        out.append(values)
     return out[0], out[1]
 
 
@@ -159,15 +153,12 @@ def assign_rewards(
     """
     if not decay > 0:
         raise SpagInputError(f"decay weight must be positive, got {decay}")
-    table = validate_episodes(episodes_table, source)
+    _, flat = load_episodes(episodes_table, source)
     sft_cols = validate_sft(sft, sft_source) if sft is not None else None
     prompts = prompts if prompts is not None else load_prompts()
-    flat = flatten_episodes(table)
     outcomes, ns = judge_flat_episodes(flat)
     cols = _Columns()
-    n_att, n_def = _game_rows(
-        cols, flat, outcomes, ns, prompts, _choose_with(random.Random(seed)), decay
-    )
+    n_att, n_def = _game_rows(cols, flat, outcomes, ns, prompts, random.Random(seed).random, decay)
     weights = role_weights(n_att, n_def)
     w_att, w_def = weights["attacker"], weights["defender"]
     cols.weight = [w_att if r == "attacker" else w_def for r in cols.role]
@@ -191,11 +182,10 @@ def imitation_samples(
     """
     cols = _Columns()
     if episodes_table is not None:
-        table = validate_episodes(episodes_table, source)
+        _, flat = load_episodes(episodes_table, source)
         prompts = prompts if prompts is not None else load_prompts()
-        flat = flatten_episodes(table)
         outcomes, ns = judge_flat_episodes(flat)
-        _game_rows(cols, flat, outcomes, ns, prompts, _choose_with(random.Random(seed)), None)
+        _game_rows(cols, flat, outcomes, ns, prompts, random.Random(seed).random, None)
         cols.weight = [1.0] * len(cols.role)
     if instructions is not None:
         cols.add_sft(*validate_sft(instructions, instructions_source))

@@ -18,8 +18,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pyarrow.compute as pc
-
     from spag.prompts import load_prompts
     from spag.rewards import assign_rewards
     from spag.tables import read_parquet, write_parquet
@@ -37,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
         sft_source=str(args.sft_data),
     )
     write_parquet(samples, args.output)
-    n_game = pc.sum(pc.equal(samples.column("type"), "game")).as_py() or 0
+    n_game = samples.num_rows - (sft.num_rows if sft is not None else 0)
     log.info(
         "%s: %d samples (%d from games, %d SFT) from %d episodes",
         args.output,
