@@ -1,0 +1,375 @@
+"""Per-epoch summary rows and the run-wide summary tables (spag summarize)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from spag.cli import main
+from spag.errors import SpagInputError
+from spag.summary import (
+    GMEAN_TASK,
+    SUMMARY_COLUMNS,
+    collect_epochs,
+    collect_reasoning,
+    epoch_summary,
+    generation_summary,
+    model_order,
+    outcome_summary,
+    sample_summary,
+)
+from spag.tables import SAMPLE_SCHEMA
+
+OUTCOME_COUNTS = {"attacker_wins": 3, "defender_wins": 1, "attacker_broke_rules": 2, "tie": 4}
+LOSS_TSV = (
+    "step\tepoch\tloss\tkl\tratio_mean\tratio_min\tratio_max\tclipped_frac\tn_game\tn_sft\t"
+    "learning_rate\tgrad_norm\ttokens_per_s\tpad_frac\n"
+    "1\t0.5\t2.0\t0.01\t1.0\t0.9\t1.1\t0.0\t4\t4\t1e-4\t1.0\t100\t0.1\n"
+    "2\t1.0\t1.0\t0.03\t1.02\t0.95\t1.2\t0.25\t4\t4\t5e-5\t0.8\t300\t0.1\n"
+)
+EVAL_TSV = (
+    "epoch\tmodel\topponent\trole\tgames\twins\tlosses\tties\tbroke_rules\twin_rate\tloss_rate\t"
+    "tie_rate\n"
+    "{e}\tepoch{e}\topponent\tattacker\t4\t1\t2\t1\t0\t0.250000\t0.500000\t0.250000\n"
+    "{e}\tepoch{e}\topponent\tdefender\t4\t2\t1\t1\t1\t0.500000\t0.250000\t0.250000\n"
+    "{e}\tepoch{e}\topponent\tall\t8\t3\t3\t2\t1\t0.375000\t0.375000\t0.250000\n"
+)
+
+
+def reasoning_json(path: Path, name: str, scores: dict[str, float]) -> Path:
+    tasks = {
+        t: {
+            "acc": s,
+            "acc_stderr": 0.05,
+            "acc_norm": s / 2,
+            "acc_norm_stderr": 0.04,
+            "metric": "acc",
+            "score": s,
+            "num_samples": 20,
+        }
+        for t, s in scores.items()
+    }
+    record = {
+        "model_name": name,
+        "model_path": f"/m/{name}",
+        "lm_eval_version": "0.4.13",
+        "requested_tasks": list(scores),
+        "tasks": tasks,
+        "subtasks": {},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record), encoding="utf-8")
+    return path
+
+
+def samples_parquet(path: Path, n_att: int = 3, n_def: int = 1, n_sft: int = 2) -> Path:
+    rows = []
+    n = n_att + n_def
+    for role, count in (("attacker", n_att), ("defender", n_def)):
+        for k in range(count):
+            rows.append(
+                {
+                    "type": "game",
+                    "role": role,
+                    "episode_id": f"g{k}",
+                    "turn": k,
+                    "query": "q",
+                    "target": "t",
+                    "reward": 0.1 * (k + 1),
+                    "weight": n / (2 * count),
+                }
+            )
+    for _ in range(n_sft):
+        rows.append(
+            {
+                "type": "sft",
+                "role": None,
+                "episode_id": None,
+                "turn": None,
+                "query": "q",
+                "target": "t",
+                "reward": 1.0,
+                "weight": 1.0,
+            }
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA), path)
+    return path
+
+
+def shard_parquet(path: Path, tokens: list[int], outcome_col: bool = False) -> Path:
+    n = len(tokens)
+    cols = {
+        "episode_id": [f"{path.stem}-{i}" for i in range(n)],
+        "target_word": ["apple"] * n,
+        "max_turns": [5] * n,
+        "history": [[{"role": "attacker", "content": "hi"}]] * n,
+        "num_generated_tokens": tokens,
+        "empty_replies": [1] * n,
+        "truncated_replies": [0] * n,
+    }
+    if outcome_col:
+        cols["outcome"] = ["tie"] * n
+        cols["num_messages"] = [1] * n
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+def make_epoch_files(root: Path, epoch: int, scores: dict[str, float] | None = None) -> dict:
+    """Write every input of one epoch's summary under root/epoch<e>/, like a run does."""
+    d = root / f"epoch{epoch}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "outcomes.tsv").write_text(
+        "epoch\t"
+        + "\t".join(OUTCOME_COUNTS)
+        + "\ttotal\n"
+        + f"{epoch}\t"
+        + "\t".join(map(str, OUTCOME_COUNTS.values()))
+        + "\t10\n",
+        encoding="utf-8",
+    )
+    (d / "loss.tsv").write_text(LOSS_TSV, encoding="utf-8")
+    (d / "eval").mkdir(exist_ok=True)
+    (d / "eval" / "games.tsv").write_text(EVAL_TSV.format(e=epoch), encoding="utf-8")
+    bench = root / "benchmarks" / f"epoch{epoch}" / "selfplay"
+    bench.mkdir(parents=True, exist_ok=True)
+    benches = []
+    for s in range(2):
+        b = bench / f"shard_{s:03d}.tsv"
+        b.write_text("s\th:m:s\tmax_rss\n2.5\t0:00:02\t100\n", encoding="utf-8")
+        benches.append(b)
+    files = {
+        "outcomes": d / "outcomes.tsv",
+        "samples": samples_parquet(d / "samples.parquet"),
+        "loss": d / "loss.tsv",
+        "eval_games": d / "eval" / "games.tsv",
+        "reasoning": reasoning_json(
+            root / "eval" / "reasoning" / f"epoch{epoch}.json",
+            f"epoch{epoch}",
+            scores or {"task_a": 0.5, "task_b": 0.8},
+        ),
+        "selfplay": [
+            shard_parquet(d / "selfplay" / f"shard_{s:03d}.parquet", [10, 20]) for s in range(2)
+        ],
+        "selfplay_benchmarks": benches,
+    }
+    return files
+
+
+def test_epoch_summary_row(tmp_path):
+    files = make_epoch_files(tmp_path, 1)
+    row = epoch_summary(1, **files)
+    assert row["epoch"] == 1
+    assert row["selfplay_games"] == 10
+    assert row["attacker_wins"] == 3 and row["tie"] == 4
+    assert row["tie_frac"] == pytest.approx(0.4)
+    assert row["decisive_games"] == 4 and row["decisive_frac"] == pytest.approx(0.4)
+    assert row["game_samples"] == 4 and row["sft_samples"] == 2 and row["samples"] == 6
+    assert row["attacker_samples"] == 3 and row["defender_samples"] == 1
+    assert row["attacker_weight"] == pytest.approx(4 / 6)
+    assert row["defender_weight"] == pytest.approx(2.0)
+    assert row["reward_max"] == pytest.approx(0.3)
+    assert row["train_steps"] == 2
+    assert row["loss_first"] == 2.0 and row["loss_final"] == 1.0 and row["loss_mean"] == 1.5
+    assert row["kl_final"] == pytest.approx(0.03)
+    assert row["clipped_frac_mean"] == pytest.approx(0.125)
+    assert row["eval_win_rate_attacker"] == pytest.approx(0.25)
+    assert row["eval_loss_rate_defender"] == pytest.approx(0.25)
+    assert row["eval_win_rate"] == pytest.approx(0.375)
+    assert row["eval_games"] == 8 and row["eval_opponent"] == "opponent"
+    assert row["gen_games"] == 4 and row["gen_tokens"] == 60
+    assert row["gen_tokens_per_game"] == pytest.approx(15.0)
+    assert row["gen_seconds"] == pytest.approx(5.0)
+    assert row["gen_tokens_per_s"] == pytest.approx(12.0)
+    assert row["reasoning_task_a"] == 0.5
+    assert row["reasoning_gmean"] == pytest.approx(math.sqrt(0.5 * 0.8))
+    assert set(SUMMARY_COLUMNS) <= set(row)
+
+
+def test_summarize_cli_writes_one_row(tmp_path):
+    files = make_epoch_files(tmp_path, 2)
+    out = tmp_path / "summary.tsv"
+    argv = [
+        "summarize",
+        "--epoch",
+        "2",
+        "--outcomes",
+        str(files["outcomes"]),
+        "--samples",
+        str(files["samples"]),
+        "--loss",
+        str(files["loss"]),
+        "--eval-games",
+        str(files["eval_games"]),
+        "--reasoning",
+        str(files["reasoning"]),
+        "--selfplay",
+        *map(str, files["selfplay"]),
+        "--output",
+        str(out),
+    ]
+    assert main(argv) == 0
+    df = pd.read_csv(out, sep="\t")
+    assert len(df) == 1
+    assert list(df.columns[:2]) == ["epoch", "selfplay_games"]
+    assert df.loc[0, "epoch"] == 2
+    assert df.loc[0, "reasoning_task_b"] == pytest.approx(0.8)
+    # No benchmark files given and no time column in the shards: speed left empty.
+    assert math.isnan(df.loc[0, "gen_tokens_per_s"])
+    assert not list(tmp_path.glob(".summary.tsv.*"))
+
+
+def test_missing_optional_columns_leave_cells_empty(tmp_path):
+    shard = tmp_path / "s.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "episode_id": ["a"],
+                "target_word": ["w"],
+                "max_turns": [5],
+                "history": [[{"role": "attacker", "content": "x"}]],
+            }
+        ),
+        shard,
+    )
+    row = generation_summary([shard])
+    assert row["gen_games"] == 1
+    assert math.isnan(row["gen_tokens"]) and math.isnan(row["gen_tokens_per_s"])
+
+
+def test_shard_time_column_preferred_over_benchmarks(tmp_path):
+    shard = shard_parquet(tmp_path / "s.parquet", [30, 30])
+    t = pq.read_table(shard).append_column("generation_seconds", pa.array([4.0, 4.0]))
+    pq.write_table(t, shard)
+    row = generation_summary([shard], benchmarks=[])
+    assert row["gen_seconds"] == pytest.approx(4.0)
+    assert row["gen_tokens_per_s"] == pytest.approx(15.0)
+
+
+def test_long_outcome_table_and_zero_games(tmp_path):
+    p = tmp_path / "o.tsv"
+    p.write_text("outcome\tcount\nattacker_wins\t2\ndefender_wins\t0\ntie\t2\n", encoding="utf-8")
+    row = outcome_summary(p)
+    assert row["selfplay_games"] == 4 and row["attacker_broke_rules"] == 0
+    assert row["attacker_wins_frac"] == 0.5
+    p.write_text("epoch\t" + "\t".join(OUTCOME_COUNTS) + "\ttotal\n1\t0\t0\t0\t0\t0\n")
+    row = outcome_summary(p)
+    assert row["decisive_games"] == 0 and math.isnan(row["decisive_frac"])
+
+
+def test_sample_summary_without_game_samples(tmp_path):
+    p = samples_parquet(tmp_path / "s.parquet", n_att=0, n_def=0, n_sft=3)
+    row = sample_summary(p)
+    assert row["game_samples"] == 0 and row["attacker_weight"] == 0.0
+    assert math.isnan(row["reward_mean"])
+
+
+def test_bad_inputs_name_the_file(tmp_path):
+    bad = tmp_path / "outcomes.tsv"
+    bad.write_text("epoch\tattacker_wins\n1\t3\n", encoding="utf-8")
+    with pytest.raises(SpagInputError, match="outcomes.tsv.*defender_wins"):
+        outcome_summary(bad)
+    with pytest.raises(SpagInputError, match="not found"):
+        outcome_summary(tmp_path / "nope.tsv")
+    loss = tmp_path / "loss.tsv"
+    loss.write_text("step\tkl\n1\t0.1\n", encoding="utf-8")
+    files = make_epoch_files(tmp_path, 1)
+    files["loss"] = loss
+    with pytest.raises(SpagInputError, match="loss.tsv: missing column 'loss'"):
+        epoch_summary(1, **files)
+    broken = tmp_path / "r.json"
+    broken.write_text("{not json", encoding="utf-8")
+    files = make_epoch_files(tmp_path, 1)
+    files["reasoning"] = broken
+    with pytest.raises(SpagInputError, match="r.json: not valid JSON"):
+        epoch_summary(1, **files)
+
+
+def test_cli_bad_input_exits_2(tmp_path, capsys):
+    out = tmp_path / "x.tsv"
+    assert main(["summarize", "--epoch", "1", "--output", str(out)]) == 2
+    assert "--outcomes" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_collect_epochs_and_reasoning(tmp_path):
+    summaries = []
+    for e in (2, 1):
+        files = make_epoch_files(tmp_path, e, {"task_a": 0.4 + 0.1 * e, "task_b": 0.9})
+        p = tmp_path / f"epoch{e}" / "summary.tsv"
+        assert (
+            main(
+                [
+                    "summarize",
+                    "--epoch",
+                    str(e),
+                    "--outcomes",
+                    str(files["outcomes"]),
+                    "--samples",
+                    str(files["samples"]),
+                    "--loss",
+                    str(files["loss"]),
+                    "--eval-games",
+                    str(files["eval_games"]),
+                    "--reasoning",
+                    str(files["reasoning"]),
+                    "--selfplay",
+                    *map(str, files["selfplay"]),
+                    "--output",
+                    str(p),
+                ]
+            )
+            == 0
+        )
+        summaries.append(p)
+    df = collect_epochs(summaries)
+    assert df["epoch"].tolist() == [1, 2]
+
+    base = reasoning_json(tmp_path / "base.json", "base", {"task_a": 0.25, "task_b": 0.0})
+    m0 = reasoning_json(tmp_path / "imitation.json", "imitation", {"task_a": 0.3, "task_b": 0.6})
+    paths = [
+        tmp_path / "eval" / "reasoning" / "epoch2.json",
+        base,
+        m0,
+        tmp_path / "eval" / "reasoning" / "epoch1.json",
+    ]
+    long = collect_reasoning(paths)
+    assert long["model"].drop_duplicates().tolist() == ["base", "imitation", "epoch1", "epoch2"]
+    assert long["epoch"].drop_duplicates().tolist() == [-1, 0, 1, 2]
+    gm = long[long["task"] == GMEAN_TASK].set_index("model")["score"]
+    assert gm["base"] == 0.0  # a zero score makes the geometric mean 0
+    assert gm["imitation"] == pytest.approx(math.sqrt(0.18))
+    assert long.groupby("model").tail(1)["task"].eq(GMEAN_TASK).all()
+
+    out, rout = tmp_path / "summary" / "epochs.tsv", tmp_path / "summary" / "reasoning.tsv"
+    assert (
+        main(
+            [
+                "summarize",
+                "--collect",
+                "--epoch-summaries",
+                *map(str, summaries),
+                "--reasoning",
+                *map(str, paths),
+                "--output",
+                str(out),
+                "--reasoning-output",
+                str(rout),
+            ]
+        )
+        == 0
+    )
+    assert pd.read_csv(out, sep="\t")["epoch"].tolist() == [1, 2]
+    assert len(pd.read_csv(rout, sep="\t")) == 12
+
+
+def test_model_order():
+    assert [model_order(n) for n in ("base", "imitation", "epoch1", "epoch12")] == [-1, 0, 1, 12]
+    with pytest.raises(SpagInputError, match="model name 'other'"):
+        model_order("other")
