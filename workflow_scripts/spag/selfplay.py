@@ -170,6 +170,7 @@ def play_games(
         groups: dict[str, list[GameState]] = {}
         for g in active:
             groups.setdefault(getattr(g.spec, role), []).append(g)
+        log.info("message %d/%d (%s): %d games playing", turn + 1, max_messages, role, len(active))
         turn_tokens = 0
         for key in sorted(groups):
             batch = groups[key]
@@ -205,10 +206,9 @@ def play_games(
         finished = len(active) - len(still)
         elapsed = max(time.perf_counter() - started, 1e-9)
         log.info(
-            "message %d/%d: %d replies, %d games finished, %d still playing, %.0f tokens/s",
+            "message %d/%d done: %d games finished, %d still playing, %.0f tokens/s",
             turn + 1,
             max_messages,
-            len(active),
             finished,
             len(still),
             total_tokens / elapsed,

@@ -1,0 +1,200 @@
+"""The generation backends: prompt encoding, the hf backend's batching and stopping rules."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from spag.errors import SpagInputError
+from spag.generation.base import (
+    PromptEncoder,
+    check_model_dir,
+    context_budget,
+    derive_seed,
+    load_backend,
+)
+
+PROMPTS = [
+    "The game has just started. You are the attacker.",
+    "hi",
+    "A much longer prompt about a river, a bridge and a forest, with more words in it than the others.",
+]
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model_dir):
+    return load_backend("hf", tiny_model_dir, batch_size=2)
+
+
+def _gen(backend, prompts, **kw):
+    opts = dict(max_new_tokens=6, temperature=1.2, top_p=1.0, greedy=False, seed=7)
+    opts.update(kw)
+    return backend.generate(prompts, **opts)
+
+
+def _bias_logits(backend, token_bias: dict[int, float]):
+    """Add fixed biases to the model's logits (a model that always / never says EOS)."""
+    import torch
+
+    bias = torch.zeros(backend.model.config.vocab_size)
+    for tok, b in token_bias.items():
+        bias[tok] = b
+    return backend.model.lm_head.register_forward_hook(lambda m, i, out: out + bias)
+
+
+def test_derive_seed_is_stable_and_distinguishes_parts():
+    assert derive_seed(1, 2, "policy") == derive_seed(1, 2, "policy")
+    assert derive_seed(1, 2, "policy") != derive_seed(1, 2, "opponent")
+    assert derive_seed(12, 3) != derive_seed(1, 23)
+    assert 0 <= derive_seed("x") < 2**31
+
+
+def test_encoder_adds_exactly_one_bos(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    enc = PromptEncoder(tok)
+    assert enc.bos_id == tok.bos_token_id
+    (ids, truncated), (ids2, _) = enc.encode(["hello there", "<s><s>hello there"], 100)
+    assert ids[0] == tok.bos_token_id and tok.bos_token_id not in ids[1:]
+    assert ids2 == ids  # a BOS string in the text is not doubled
+    assert not truncated
+
+
+def test_encoder_left_truncates_and_keeps_bos(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    enc = PromptEncoder(tok)
+    text = " ".join(["word"] * 50) + " the end"
+    ((full, _),) = enc.encode([text], 10_000)
+    ((cut, truncated),) = enc.encode([text], 8)
+    assert truncated and len(cut) == 8
+    assert cut[0] == tok.bos_token_id
+    assert cut[1:] == full[-7:]  # the last tokens survive
+    with pytest.raises(SpagInputError, match="too small"):
+        enc.encode([text], 1)
+
+
+def test_encoder_without_bos_tokenizer():
+    class NoBos:
+        bos_token_id = None
+
+        def __call__(self, texts, add_special_tokens=True):
+            class R:
+                pass
+
+            r = R()
+            r.input_ids = [list(range(len(t))) for t in texts] if isinstance(texts, list) else [0]
+            return r
+
+    enc = PromptEncoder(NoBos())
+    assert enc.bos_id is None
+    assert enc.encode(["abc"], 10) == [([0, 1, 2], False)]
+
+
+def test_model_dir_without_tokenizer_is_a_clear_error(tiny_model_dir, tmp_path):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in tiny_model_dir.iterdir():
+        if f.name.startswith(("config", "model", "generation")):
+            shutil.copy(f, bare / f.name)
+    with pytest.raises(SpagInputError, match="no tokenizer"):
+        check_model_dir(bare)
+    with pytest.raises(SpagInputError, match="not found"):
+        check_model_dir(tmp_path / "missing")
+    with pytest.raises(SpagInputError, match="unknown generation backend"):
+        load_backend("tgi", tiny_model_dir)
+
+
+def test_model_dir_without_safetensors_is_refused(tiny_model_dir, tmp_path):
+    other = tmp_path / "bin"
+    shutil.copytree(tiny_model_dir, other)
+    for f in other.glob("*.safetensors"):
+        f.unlink()
+    with pytest.raises(SpagInputError, match="safetensors"):
+        check_model_dir(other)
+
+
+def test_context_budget_caps_at_the_model_context(tiny_model_dir):
+    assert context_budget(tiny_model_dir, None) == 2048
+    assert context_budget(tiny_model_dir, 512) == 512
+    assert context_budget(tiny_model_dir, 10**6) == 2048  # max_position_embeddings
+
+
+def test_hf_one_bos_in_model_input(backend):
+    seen = []
+    original = backend.model.generate
+
+    def spy(**kw):
+        seen.append(kw["input_ids"].clone())
+        return original(**kw)
+
+    backend.model.generate = spy
+    try:
+        _gen(backend, PROMPTS)
+    finally:
+        del backend.model.generate
+    bos = backend.tokenizer.bos_token_id
+    rows = [row for batch in seen for row in batch.tolist()]
+    assert len(rows) == len(PROMPTS)
+    for row in rows:
+        real = [t for t in row if t != backend.pad_id or t == bos]
+        assert real.count(bos) == 1 and real[0] == bos
+
+
+def test_hf_same_seed_same_replies_and_order_kept(backend):
+    a = _gen(backend, PROMPTS)
+    b = _gen(backend, PROMPTS)
+    c = _gen(backend, PROMPTS, seed=8)
+    assert a == b
+    assert a != c
+    # Greedy batched replies equal one-at-a-time replies, in the caller's order.
+    batched = _gen(backend, PROMPTS, greedy=True)
+    single = [_gen(backend, [p], greedy=True)[0] for p in PROMPTS]
+    assert [r.text for r in batched] == [r.text for r in single]
+
+
+def test_hf_eos_stops_a_reply_but_not_before_two_tokens(backend):
+    eos = backend.eos_ids[0]
+    hook = _bias_logits(backend, {eos: 1e4})
+    try:
+        replies = _gen(backend, PROMPTS, max_new_tokens=20)
+    finally:
+        hook.remove()
+    for r in replies:
+        assert r.finished_by_eos
+        assert r.num_tokens == 3  # two forced tokens, then EOS
+
+
+def test_hf_endless_reply_is_cut_and_marked(backend):
+    eos = backend.eos_ids[0]
+    hook = _bias_logits(backend, {eos: -1e4})
+    try:
+        replies = _gen(backend, PROMPTS, max_new_tokens=9)
+    finally:
+        hook.remove()
+    assert all(r.num_tokens == 9 and not r.finished_by_eos for r in replies)
+
+
+def test_hf_reply_of_special_tokens_only_is_empty_text(backend):
+    tok = backend.tokenizer
+    eos, unk = backend.eos_ids[0], tok.unk_token_id
+    # Two unknown-token ids (dropped when decoding), then EOS: an empty reply.
+    hook = _bias_logits(backend, {unk: 1e3, eos: 2e3})
+    try:
+        replies = _gen(backend, PROMPTS[:2], max_new_tokens=10)
+    finally:
+        hook.remove()
+    assert [r.text for r in replies] == ["", ""]
+    assert all(r.num_tokens == 3 and r.finished_by_eos for r in replies)
+
+
+def test_hf_prompt_truncation_is_reported(tiny_model_dir):
+    small = load_backend("hf", tiny_model_dir, max_length=24)
+    long_prompt = " ".join(["forest"] * 100)
+    (r,) = _gen(small, [long_prompt], max_new_tokens=4)
+    (s,) = _gen(small, ["hi"], max_new_tokens=4)
+    assert r.prompt_truncated and not s.prompt_truncated
+    with pytest.raises(SpagInputError, match="too small"):
+        _gen(small, ["hi"], max_new_tokens=23)
