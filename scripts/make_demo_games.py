@@ -804,19 +804,27 @@ OPENERS = [
     "Let me begin with an easy one.",
     "Here is something to think about.",
 ]
-FOLLOWUPS = [
+# The attacker's lead-in depends on whether the defender just asked a question.
+AFTER_QUESTION = [
+    "",
+    "Good question.",
+    "Hmm, I can't say yes or no to that.",
+    "Let me give you a different angle.",
+    "I can't answer that directly, but here is a hint.",
+    "Here is another hint.",
+    "Fair question.",
+    "Let me answer with another clue.",
+]
+AFTER_STATEMENT = [
     "",
     "Interesting thought.",
     "Not quite, but keep going.",
-    "Good question.",
     "You are getting warmer.",
     "Let me put it another way.",
-    "Here is another hint.",
     "Think a little more broadly.",
     "That is a reasonable idea, but no.",
     "Close, in a way.",
-    "Hmm, I can't say yes or no to that.",
-    "Let me give you a different angle.",
+    "Here is another hint.",
 ]
 DEFENDER_GENERIC = [
     "That could be a lot of things. Where would I usually find it?",
@@ -886,6 +894,11 @@ def _join(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
 
+def _followup(rng: random.Random, history: list[dict]) -> str:
+    pool = AFTER_QUESTION if history[-1]["content"].endswith("?") else AFTER_STATEMENT
+    return pool[rng.randrange(12) % len(pool)]
+
+
 def make_game(rng: random.Random, spec: dict, scenario: str) -> list[dict]:
     """Build one history for ``scenario``; see the module doc for the scenarios."""
     word = spec["word"]
@@ -905,11 +918,11 @@ def make_game(rng: random.Random, spec: dict, scenario: str) -> list[dict]:
     history: list[dict] = []
     for r in range(rounds):
         if scenario == "break" and r == rounds - 1:
-            lead = rng.choice(FOLLOWUPS) if r else rng.choice(OPENERS)
+            lead = _followup(rng, history) if r else rng.choice(OPENERS)
             history.append({"role": "attacker", "content": _join(lead, spec["brk"])})
             history.append({"role": "defender", "content": rng.choice(AFTER_BREAK)})
             break
-        lead = rng.choice(OPENERS) if r == 0 else rng.choice(FOLLOWUPS)
+        lead = rng.choice(OPENERS) if r == 0 else _followup(rng, history)
         history.append({"role": "attacker", "content": _join(lead, clues[r])})
         last = r == rounds - 1
         if last and scenario == "slip":
