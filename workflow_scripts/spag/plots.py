@@ -93,8 +93,15 @@ def _has(series: pd.Series) -> bool:
 
 
 def _epoch_axis(ax: Any, epochs: Sequence[int]) -> None:
+    epochs = [int(e) for e in epochs]
     ax.set_xlabel("epoch")
-    ax.set_xticks(list(epochs))
+    ax.set_xticks(epochs, labels=[str(e) for e in epochs])
+
+
+def _step_axis(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def read_tsv(path: str | os.PathLike, what: str) -> pd.DataFrame:
@@ -321,6 +328,7 @@ def plot_training(losses: Mapping[str, pd.DataFrame], path: str | os.PathLike) -
         bottom.set_ylabel("KL (mean lp - ref lp)")
         bottom.set_xlabel("optimizer step")
         for ax in (top, bottom):
+            _step_axis(ax)
             ax.grid(alpha=0.3)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=8)
@@ -361,10 +369,12 @@ def benchmark_step(path: str | os.PathLike) -> str:
     if "benchmarks" in parts:
         parts = parts[parts.index("benchmarks") + 1 :]
     parts = [q for q in parts if not re.fullmatch(r"epoch\d+", q)]
+    stem = re.sub(r"_(epoch\d+|base|imitation)$", "", Path(parts[-1]).stem if parts else p.stem)
+    if len(parts) > 1 and parts[0] in ("imitation", "eval"):
+        return f"{parts[0]}_{stem}"
     if len(parts) > 1:
-        return parts[0] if parts[0] != "imitation" else "imitation_" + Path(parts[-1]).stem
-    stem = Path(parts[-1]).stem if parts else p.stem
-    return re.sub(r"_(epoch\d+|base|imitation)$", "", stem)
+        return parts[0]  # a folder of per-shard files (selfplay)
+    return stem
 
 
 def plot_step_runtime(benchmarks: Sequence[str | os.PathLike], path: str | os.PathLike) -> None:
@@ -438,6 +448,7 @@ def plot_epoch_training(loss: pd.DataFrame, epoch: int, path: str | os.PathLike)
         axes[2].set_ylabel("ratio pi/ref")
         axes[2].set_xlabel("optimizer step")
         for ax in axes:
+            _step_axis(ax)
             ax.grid(alpha=0.3)
     axes[0].set_title(f"Epoch {epoch}: training")
     fig.tight_layout()

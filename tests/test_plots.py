@@ -1,0 +1,186 @@
+"""Report plots (spag plots): every file is written, with data or with a 'no data' note."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from spag.cli import main
+from spag.errors import SpagInputError
+from spag.plots import EPOCH_PLOTS, RUN_PLOTS, benchmark_step, source_name
+from test_summarize import make_epoch_files, reasoning_json
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _is_png(path: Path) -> bool:
+    return path.is_file() and path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 2000
+
+
+@pytest.fixture()
+def run_tables(tmp_path):
+    summaries, reasoning = [], []
+    for e in (1, 2):
+        files = make_epoch_files(tmp_path, e, {"task_a": 0.3 + 0.1 * e, "task_b": 0.7})
+        out = tmp_path / f"epoch{e}" / "summary.tsv"
+        assert (
+            main(
+                [
+                    "summarize",
+                    "--epoch",
+                    str(e),
+                    "--outcomes",
+                    str(files["outcomes"]),
+                    "--samples",
+                    str(files["samples"]),
+                    "--loss",
+                    str(files["loss"]),
+                    "--eval-games",
+                    str(files["eval_games"]),
+                    "--reasoning",
+                    str(files["reasoning"]),
+                    "--selfplay",
+                    *map(str, files["selfplay"]),
+                    "--selfplay-benchmarks",
+                    *map(str, files["selfplay_benchmarks"]),
+                    "--output",
+                    str(out),
+                ]
+            )
+            == 0
+        )
+        summaries.append(out)
+        reasoning.append(files["reasoning"])
+    reasoning.append(
+        reasoning_json(
+            tmp_path / "eval" / "reasoning" / "base.json", "base", {"task_a": 0.25, "task_b": 0.5}
+        )
+    )
+    summary = tmp_path / "summary" / "epochs.tsv"
+    long = tmp_path / "summary" / "reasoning.tsv"
+    assert (
+        main(
+            [
+                "summarize",
+                "--collect",
+                "--epoch-summaries",
+                *map(str, summaries),
+                "--reasoning",
+                *map(str, reasoning),
+                "--output",
+                str(summary),
+                "--reasoning-output",
+                str(long),
+            ]
+        )
+        == 0
+    )
+    (tmp_path / "imitation").mkdir()
+    (tmp_path / "imitation" / "loss.tsv").write_text("step\tloss\tkl\n1\t3.0\t0.0\n2\t2.5\t0.1\n")
+    return tmp_path, summary, long
+
+
+def test_run_plots_all_written(run_tables):
+    root, summary, long = run_tables
+    out = root / "plots"
+    argv = [
+        "plots",
+        "--output-dir",
+        str(out),
+        "--summary",
+        str(summary),
+        "--reasoning",
+        str(long),
+        "--samples",
+        *(str(root / f"epoch{e}" / "samples.parquet") for e in (1, 2)),
+        "--loss",
+        str(root / "imitation" / "loss.tsv"),
+        *(str(root / f"epoch{e}" / "loss.tsv") for e in (1, 2)),
+        "--benchmarks",
+        *map(str, sorted((root / "benchmarks").rglob("*.tsv"))),
+    ]
+    assert main(argv) == 0
+    for name in RUN_PLOTS:
+        assert _is_png(out / name), name
+    assert sorted(p.name for p in out.iterdir()) == sorted(RUN_PLOTS)  # no temporary left
+
+
+def test_run_plots_without_optional_inputs(run_tables, tmp_path):
+    _, summary, _ = run_tables
+    out = tmp_path / "bare"
+    assert main(["plots", "--output-dir", str(out), "--summary", str(summary)]) == 0
+    for name in RUN_PLOTS:
+        assert _is_png(out / name), name
+
+
+def test_epoch_plots(tmp_path):
+    files = make_epoch_files(tmp_path, 3)
+    episodes = tmp_path / "episodes.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "episode_id": ["a", "b", "c"],
+                "outcome": ["tie", "attacker_wins", "defender_wins"],
+                "num_messages": [10, 3, 4],
+            }
+        ),
+        episodes,
+    )
+    out = tmp_path / "plots" / "epoch3"
+    assert (
+        main(
+            [
+                "plots",
+                "--epoch",
+                "3",
+                "--output-dir",
+                str(out),
+                "--samples",
+                str(files["samples"]),
+                "--loss",
+                str(files["loss"]),
+                "--episodes",
+                str(episodes),
+            ]
+        )
+        == 0
+    )
+    for name in EPOCH_PLOTS:
+        assert _is_png(out / name), name
+
+
+def test_epoch_plots_need_their_inputs(tmp_path, capsys):
+    assert main(["plots", "--epoch", "1", "--output-dir", str(tmp_path)]) == 2
+    assert "--episodes" in capsys.readouterr().err
+
+
+def test_missing_summary_names_the_file(tmp_path):
+    from spag.plots import run_plots
+
+    with pytest.raises(SpagInputError, match="nope.tsv"):
+        run_plots(tmp_path, summary=tmp_path / "nope.tsv")
+    bad = tmp_path / "s.tsv"
+    bad.write_text("x\n1\n")
+    with pytest.raises(SpagInputError, match="s.tsv: missing column 'epoch'"):
+        run_plots(tmp_path, summary=bad)
+
+
+def test_names_from_paths():
+    assert source_name("results/epoch12/loss.tsv") == "epoch12"
+    assert source_name("results/imitation/loss.tsv") == "imitation"
+    assert benchmark_step("results/benchmarks/epoch2/selfplay/shard_001.tsv") == "selfplay"
+    assert benchmark_step("results/benchmarks/epoch2/train.tsv") == "train"
+    assert benchmark_step("results/benchmarks/eval/reasoning_epoch1.tsv") == "eval_reasoning"
+    assert benchmark_step("results/benchmarks/imitation/train.tsv") == "imitation_train"
+
+
+def test_plots_do_not_import_torch():
+    code = (
+        "import sys; from spag.cli import main; import spag.plots; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
