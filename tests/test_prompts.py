@@ -1,0 +1,101 @@
+"""Prompt texts (DESIGN section 5): the play prompt, randomised training prompts, the file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from spag.errors import SpagInputError
+from spag.prompts import GUESS_PHRASE, default_prompts_path, load_prompts
+
+REPO = Path(__file__).resolve().parents[1]
+HISTORY = [
+    {"role": "attacker", "content": "What do you keep in a kitchen drawer?"},
+    {"role": "defender", "content": "Spoons, mostly."},
+]
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return load_prompts()
+
+
+def test_default_file_is_the_shipped_data_file():
+    assert default_prompts_path().read_text() == (REPO / "data" / "prompts.yaml").read_text()
+
+
+def test_play_prompt_layout(prompts):
+    text = prompts.play_prompt(HISTORY, "attacker", "knife", 4)
+    assert (
+        "  - attacker: What do you keep in a kitchen drawer?\n  - defender: Spoons, mostly." in text
+    )
+    assert "knife" in text and "4" in text and "{" not in text
+    assert text.endswith(prompts.play_cue)
+    defender = prompts.play_prompt(HISTORY, "defender", "knife", 4)
+    assert "knife" not in defender
+    assert GUESS_PHRASE in prompts.play_instructions["defender"]
+    assert "I know the word! It is <word>!" in defender
+    start = prompts.play_prompt([], "attacker", "knife", 5)
+    assert prompts.play_started in start and "  - " not in start
+
+
+def test_training_prompt_is_deterministic_and_varied(prompts):
+    a = [
+        prompts.training_prompt(HISTORY, "attacker", "knife", 5, random.Random(s))
+        for s in range(40)
+    ]
+    b = [
+        prompts.training_prompt(HISTORY, "attacker", "knife", 5, random.Random(s))
+        for s in range(40)
+    ]
+    assert a == b
+    assert len(set(a)) > 10
+    g1 = prompts.training_prompt(HISTORY, "defender", "knife", 5, np.random.default_rng(3))
+    g2 = prompts.training_prompt(HISTORY, "defender", "knife", 5, np.random.default_rng(3))
+    assert g1 == g2
+    for text in a:
+        assert "Spoons, mostly." in text and "knife" in text and "{" not in text
+        assert text.rstrip().endswith(":")
+    for s in range(40):
+        d = prompts.training_prompt(HISTORY, "defender", "knife", 5, random.Random(s))
+        assert "knife" not in d  # the defender is never told the word
+        e = prompts.training_prompt([], "attacker", "knife", 5, random.Random(s))
+        assert "knife" in e and "Spoons" not in e
+
+
+def test_every_rule_text_keeps_the_guess_phrase(prompts):
+    assert GUESS_PHRASE in prompts.play_rules
+    for rules in prompts.rules:
+        assert GUESS_PHRASE in rules and "{max_turns}" in rules
+
+
+def _write(tmp_path, data) -> Path:
+    p = tmp_path / "prompts.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def test_missing_key_is_named(tmp_path):
+    data = yaml.safe_load((REPO / "data" / "prompts.yaml").read_text())
+    del data["training"]["separators"]
+    with pytest.raises(SpagInputError, match="missing key 'training.separators'"):
+        load_prompts(_write(tmp_path, data))
+
+
+def test_bad_placeholder_is_named(tmp_path):
+    data = yaml.safe_load((REPO / "data" / "prompts.yaml").read_text())
+    data["play"]["instructions"]["defender"] = "Guess {word}"
+    with pytest.raises(SpagInputError, match=r"play.instructions.defender.*\['word'\]"):
+        load_prompts(_write(tmp_path, data))
+    data = yaml.safe_load((REPO / "data" / "prompts.yaml").read_text())
+    data["training"]["layouts"] = ["sideways"]
+    with pytest.raises(SpagInputError, match="sideways"):
+        load_prompts(_write(tmp_path, data))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpagInputError, match="not found"):
+        load_prompts(tmp_path / "nope.yaml")
