@@ -42,10 +42,14 @@ def make_workdir(root: Path, overlay: dict | None = None) -> Path:
 
 
 def snakemake(
-    workdir: Path, *args: str, config: dict | None = None, timeout: int = 900
+    workdir: Path,
+    *args: str,
+    config: dict | None = None,
+    env: dict | None = None,
+    timeout: int = 900,
 ) -> subprocess.CompletedProcess:
     """Run snakemake in ``workdir`` with its overlay and, if given, one more config layer."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", **(env or {}))
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     # Targets first: --configfile and --config take several values.

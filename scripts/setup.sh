@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Set up the project's virtual environment (.venv) on a fresh machine: Python, pip
+# and gcc are all it needs. Safe to run again; it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+. .venv/bin/activate
+python -m pip install --quiet --upgrade pip
+# The CPU build of torch first: left to the resolver, it pulls a multi-GB CUDA build.
+python -m pip install --quiet "torch==2.13.0"
+python -m pip install --quiet -e ".[test]"
+echo "setup done: $(python -c 'import spag, torch, transformers, snakemake; print("spag", spag.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)')"
