@@ -18,6 +18,7 @@ the summary tables and plots show; ``score`` is each task's headline metric
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import logging
 import math
@@ -45,14 +46,20 @@ def check_model_folder(path: str | os.PathLike) -> Path:
 
 def task_manager(include_path: str | os.PathLike | None):
     """An lm-eval ``TaskManager`` that also knows the local tasks under ``include_path``."""
-    from lm_eval.tasks import TaskManager
-
     if include_path is not None:
         p = Path(include_path)
         if not p.is_dir():
             raise SpagInputError(f"--include-path {p}: no such folder of lm-eval task YAML files")
-        return TaskManager(include_path=str(p.resolve()))
-    return TaskManager()
+        return _task_manager(str(p.resolve()))
+    return _task_manager(None)
+
+
+@functools.lru_cache(maxsize=4)
+def _task_manager(include_path: str | None):
+    # Indexing lm-eval's thousands of task files takes seconds: once per process.
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path) if include_path else TaskManager()
 
 
 def check_tasks(tasks: Sequence[str], manager: Any) -> None:

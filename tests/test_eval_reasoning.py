@@ -1,0 +1,164 @@
+"""Reasoning evaluation: the real lm-evaluation-harness on the tiny model and the shipped task."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from spag.cli import main
+from spag.reasoning import geometric_mean, primary_metric, split_metrics, task_scores
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "data" / "lm_eval_tasks"
+TASK = "spag_tiny_reasoning"
+
+
+def test_shipped_task_data_is_well_formed():
+    path = TASKS / TASK / f"{TASK}.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    assert 50 <= len(rows) <= 100
+    assert len({r["id"] for r in rows}) == len(rows)
+    assert len({r["question"] for r in rows}) == len(rows)
+    for r in rows:
+        assert len(r["choices"]) == 4 and len(set(r["choices"])) == 4, r["id"]
+        assert 0 <= r["answer"] < 4, r["id"]
+    # The right answer is not always in the same place.
+    assert len({r["answer"] for r in rows}) == 4
+    assert {r["category"] for r in rows} == {"logic", "math", "common"}
+
+
+def test_eval_reasoning_runs_lm_eval(tiny_model_dir, tmp_path, monkeypatch):
+    import lm_eval
+
+    monkeypatch.chdir(tmp_path)  # the task's data must not depend on the current folder
+    out = tmp_path / "out" / "epoch1.json"
+    argv = [
+        "eval-reasoning",
+        "--model",
+        str(tiny_model_dir),
+        "--model-name",
+        "epoch1",
+        "--output",
+        str(out),
+        "--tasks",
+        TASK,
+        "--include-path",
+        str(TASKS),
+        "--limit",
+        "4",
+        "--batch-size",
+        "4",
+    ]
+    assert main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["model_name"] == "epoch1"
+    assert record["model_path"] == str(Path(tiny_model_dir).resolve())
+    assert record["lm_eval_version"] == lm_eval.__version__
+    assert record["requested_tasks"] == [TASK] and record["device"] == "cpu"
+    metrics = record["tasks"][TASK]
+    assert metrics["num_samples"] == 4
+    for key in ("acc", "acc_norm"):
+        assert 0.0 <= metrics[key] <= 1.0
+        # Four items: accuracy is a multiple of 1/4.
+        assert metrics[key] * 4 == pytest.approx(round(metrics[key] * 4))
+    assert metrics["acc_stderr"] >= 0 and metrics["acc_norm_stderr"] >= 0
+    assert metrics["metric"] == "acc" and metrics["score"] == metrics["acc"]
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_unknown_task_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = [
+        "eval-reasoning",
+        "--model",
+        str(tiny_model_dir),
+        "--output",
+        str(out),
+        "--tasks",
+        TASK,
+        "spag_tiny_reasonin",
+        "--include-path",
+        str(TASKS),
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "unknown lm-eval task 'spag_tiny_reasonin'" in err
+    assert f"did you mean: {TASK}" in err
+    assert "Traceback" not in err
+    assert not out.exists()
+
+
+def test_incomplete_model_folder(tiny_model_dir, tmp_path, capsys):
+    broken = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, broken)
+    for p in broken.glob("*.safetensors"):
+        p.unlink()
+    out = tmp_path / "r.json"
+    argv = [
+        "eval-reasoning",
+        "--model",
+        str(broken),
+        "--output",
+        str(out),
+        "--tasks",
+        TASK,
+        "--include-path",
+        str(TASKS),
+    ]
+    assert main(argv) == 2
+    assert "no *.safetensors weights" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_missing_include_path(tiny_model_dir, tmp_path, capsys):
+    argv = [
+        "eval-reasoning",
+        "--model",
+        str(tiny_model_dir),
+        "--output",
+        str(tmp_path / "r.json"),
+        "--tasks",
+        TASK,
+        "--include-path",
+        str(tmp_path / "no_tasks"),
+    ]
+    assert main(argv) == 2
+    assert "no_tasks: no such folder" in capsys.readouterr().err
+
+
+def test_split_metrics_keeps_unfiltered_values():
+    raw = {
+        "alias": " - arc_easy",
+        "sample_len": 10,
+        "acc,none": 0.5,
+        "acc_stderr,none": "N/A",
+        "exact_match,strict": 0.1,
+        "exact_match,flexible": 0.3,
+        "acc,other": 0.9,
+    }
+    m = split_metrics(raw)
+    assert m == {
+        "alias": "arc_easy",
+        "num_samples": 10,
+        "acc": 0.5,
+        "acc_stderr": None,
+        "exact_match": 0.1,
+    }
+    assert primary_metric(m) == ("acc", 0.5)
+    assert primary_metric({"exact_match": 0.25, "acc_norm": 0.5}) == ("exact_match", 0.25)
+    assert primary_metric({"acc": float("nan")}) == (None, None)
+
+
+def test_task_scores_and_geometric_mean():
+    record = {
+        "requested_tasks": ["a", "b"],
+        "tasks": {"a": {"score": 0.25}, "b": {"acc_norm": 0.64}, "a_sub": {"score": 1.0}},
+    }
+    assert task_scores(record) == {"a": 0.25, "b": 0.64}
+    assert geometric_mean([0.25, 0.64]) == pytest.approx(0.4)
+    assert geometric_mean([0.5, 0.0]) == 0.0
+    assert geometric_mean([]) is None
+    assert math.isclose(geometric_mean([0.7]), 0.7)
