@@ -225,25 +225,30 @@ main(sys.argv[1], sys.argv[2])
 """
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[float, float]:
-    """Best wall time and the peak RSS over ``repeat`` runs, each from a fresh interpreter."""
+def measure(cmd: list[str], repeat: int) -> tuple[float, float, float]:
+    """Best wall time, peak RSS (MiB) and best CPU time over ``repeat`` runs.
+
+    Each run is started from a fresh interpreter, so that the children's
+    resource usage is that one run's.
+    """
     probe = (
         "import resource, subprocess, sys, time, json\n"
         "t0 = time.perf_counter(); p = subprocess.run(sys.argv[1:], capture_output=True)\n"
         "w = time.perf_counter() - t0\n"
         "sys.stderr.write(p.stderr.decode()[-2000:]) if p.returncode else None\n"
-        "print(json.dumps([p.returncode, w,"
-        " resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024]))\n"
+        "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(json.dumps([p.returncode, w, r.ru_maxrss / 1024, r.ru_utime + r.ru_stime]))\n"
     )
-    walls, peaks = [], []
+    walls, peaks, cpus = [], [], []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True)
-        rc, wall, peak = json.loads(out.stdout)
+        rc, wall, peak, cpu = json.loads(out.stdout)
         if rc != 0:
             raise SystemExit(f"{cmd} failed ({rc}):\n{out.stderr}")
         walls.append(wall)
         peaks.append(peak)
-    return min(walls), max(peaks)
+        cpus.append(cpu)
+    return min(walls), max(peaks), min(cpus)
 
 
 def compare(samples_path: Path, baseline_path: Path) -> str:
@@ -272,13 +277,17 @@ def main() -> int:
     args = ap.parse_args()
 
     spag = [sys.executable, "-m", "spag"]
+    try:
+        load = Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        load = "unknown"
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         episodes = tmp / "episodes.parquet"
         write_episodes(episodes, args.episodes)
         samples = tmp / "samples.parquet"
         cmd = [*spag, "assign-rewards", "--episodes", str(episodes), "--output", str(samples)]
-        ours_wall, ours_rss = measure(cmd, args.repeat)
+        ours_wall, ours_rss, ours_cpu = measure(cmd, args.repeat)
 
         import pyarrow.parquet as pq
 
@@ -286,7 +295,7 @@ def main() -> int:
         script = tmp / "baseline.py"
         script.write_text(BASELINE)
         base_out = tmp / "baseline.json"
-        base_wall, base_rss = measure(
+        base_wall, base_rss, base_cpu = measure(
             [sys.executable, str(script), str(episodes), str(base_out)], 1
         )
         agreement = compare(samples, base_out)
@@ -301,19 +310,20 @@ def main() -> int:
         pass
     report = f"""# `spag assign-rewards` benchmark
 
-Measured {datetime.date.today().isoformat()} on {platform.node() and "a"} {os.cpu_count()}-core
-machine ({cpu}), Python {platform.python_version()}.
+Measured {datetime.date.today().isoformat()} on a {os.cpu_count()}-core machine ({cpu}),
+Python {platform.python_version()}; load average before the runs: {load}.
 
 Command: `python benchmarks/bench_assign_rewards.py --episodes {args.episodes} --repeat {args.repeat}`
 
 Input: {args.episodes} synthetic episodes (5 turns at most, all four outcomes), giving
 {n_samples} samples. Wall time is the whole subprocess, interpreter start-up and Parquet
-I/O included (best of {args.repeat} runs); peak memory is the child's maximum RSS.
+I/O included (best of {args.repeat} runs); CPU time is user + system time of the child
+(the machine is shared, so wall time can exceed it); peak memory is the child's maximum RSS.
 
-| implementation | wall time (s) | peak RSS (MiB) |
-|---|---:|---:|
-| `spag assign-rewards` | {ours_wall:.2f} | {ours_rss:.0f} |
-| per-game baseline (research code's structure, JSON output) | {base_wall:.2f} | {base_rss:.0f} |
+| implementation | wall time (s) | CPU time (s) | peak RSS (MiB) |
+|---|---:|---:|---:|
+| `spag assign-rewards` | {ours_wall:.2f} | {ours_cpu:.2f} | {ours_rss:.0f} |
+| per-game baseline (research code's structure, JSON output) | {base_wall:.2f} | {base_cpu:.2f} | {base_rss:.0f} |
 
 Speed-up: {base_wall / ours_wall:.1f}x. Outputs compared: {agreement}.
 """

@@ -37,10 +37,29 @@ def test_derivatives_are_the_sixteen_strings():
 
 
 def test_plural_comes_from_textblob():
-    from textblob.en.inflect import pluralize
+    # The judge loads textblob's inflect module from its file (importing the textblob
+    # package costs over a second); check it is that file and that it inflects.
+    import importlib.util
+    from pathlib import Path
 
-    for word in ["cat", "mouse", "child", "city", "bus", "knife", "analysis", "sheep", "ox"]:
-        assert derivatives(word)[3] == pluralize(word)
+    from spag.judge import _pluralize
+
+    spec = importlib.util.find_spec("textblob")
+    expected_file = Path(list(spec.submodule_search_locations)[0]) / "en" / "inflect.py"
+    assert Path(_pluralize().__code__.co_filename).resolve() == expected_file.resolve()
+    cases = {
+        "cat": "cats",
+        "mouse": "mice",
+        "child": "children",
+        "city": "cities",
+        "bus": "buses",
+        "knife": "knives",
+        "analysis": "analyses",
+        "sheep": "sheep",
+        "ox": "oxen",
+        "person": "people",
+    }
+    assert {w: derivatives(w)[3] for w in cases} == cases
 
 
 @pytest.mark.parametrize(
@@ -133,7 +152,7 @@ def test_target_said_by_defender_after_attacker_hints():
 
 
 def reference_judge(history, target_word, max_turns):
-    from textblob.en.inflect import pluralize
+    from spag.judge import plural as pluralize
 
     w = target_word.lower()
     base = [w, w + "ing", w + "ed", pluralize(w)]
