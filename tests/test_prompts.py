@@ -91,6 +91,10 @@ def test_bad_placeholder_is_named(tmp_path):
     with pytest.raises(SpagInputError, match=r"play.instructions.defender.*\['word'\]"):
         load_prompts(_write(tmp_path, data))
     data = yaml.safe_load((REPO / "data" / "prompts.yaml").read_text())
+    data["training"]["instructions"]["defender"][0] = "The word is {target_word}"
+    with pytest.raises(SpagInputError, match=r"training.instructions.defender\[0\]"):
+        load_prompts(_write(tmp_path, data))
+    data = yaml.safe_load((REPO / "data" / "prompts.yaml").read_text())
     data["training"]["layouts"] = ["sideways"]
     with pytest.raises(SpagInputError, match="sideways"):
         load_prompts(_write(tmp_path, data))

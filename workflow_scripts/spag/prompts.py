@@ -75,7 +75,8 @@ class _Checker:
 
 
 _MAX_TURNS = frozenset({"max_turns"})
-_TARGET = frozenset({"target_word"})
+# Only the attacker may be shown the target word.
+_ALLOWED = {"attacker": frozenset({"target_word"}), "defender": frozenset()}
 
 
 @dataclass(frozen=True)
@@ -266,10 +267,10 @@ def load_prompts(path: str | os.PathLike | None = None) -> Prompts:
         play_rules=c.text("play.rules", _MAX_TURNS),
         play_history_title=c.text("play.history_title"),
         play_started=c.text("play.started"),
-        play_instructions={r: c.text(f"play.instructions.{r}", _TARGET) for r in ROLES},
+        play_instructions={r: c.text(f"play.instructions.{r}", _ALLOWED[r]) for r in ROLES},
         play_cue=c.text("play.cue"),
         rules=tuple(c.texts("training.rules", _MAX_TURNS)),
-        instructions={r: tuple(c.texts(f"training.instructions.{r}", _TARGET)) for r in ROLES},
+        instructions={r: tuple(c.texts(f"training.instructions.{r}", _ALLOWED[r])) for r in ROLES},
         started=tuple(c.texts("training.started")),
         history_titles=tuple(c.texts("training.history_titles")),
         section_titles=tuple(c.texts("training.section_titles")),
