@@ -1,0 +1,98 @@
+"""The Snakemake report of a tiny run: every plot is in it, and a browser can render it.
+
+A tiny run of the whole workflow (1 epoch, 2 shards) builds the summary tables
+and plots; ``snakemake --report report.html`` collects them; headless Chromium
+opens the report and takes a screenshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from spag.plots import EPOCH_PLOTS, RUN_PLOTS
+from workflow_utils import TINY_OVERLAY, make_workdir, snakemake
+
+pytestmark = pytest.mark.e2e
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _browser() -> str | None:
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _screenshot(browser: str, html: Path, png: Path, profile: Path) -> subprocess.CompletedProcess:
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        f"--screenshot={png}",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=5000",
+        html.resolve().as_uri(),
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, HOME=str(profile))
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    wd = make_workdir(tmp_path_factory.mktemp("report") / "run", TINY_OVERLAY)
+    res = snakemake(wd, "--cores", "2", timeout=1500)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    return wd
+
+
+def test_run_builds_tables_and_plots(tiny_run):
+    plots = tiny_run / "results" / "plots"
+    for name in RUN_PLOTS:
+        assert (plots / name).read_bytes()[:8] == PNG_MAGIC, name
+    for name in EPOCH_PLOTS:
+        assert (plots / "epoch1" / name).read_bytes()[:8] == PNG_MAGIC, name
+    epochs = pd.read_csv(tiny_run / "results" / "summary" / "epochs.tsv", sep="\t")
+    assert epochs["epoch"].tolist() == [1]
+    assert epochs.loc[0, "selfplay_games"] == TINY_OVERLAY["words"]["num_train"]
+    assert epochs.loc[0, "eval_games"] == 2 * TINY_OVERLAY["words"]["num_test"]
+    assert 0 <= epochs.loc[0, "reasoning_spag_tiny_reasoning"] <= 1
+    reasoning = pd.read_csv(tiny_run / "results" / "summary" / "reasoning.tsv", sep="\t")
+    assert reasoning["model"].drop_duplicates().tolist() == ["base", "imitation", "epoch1"]
+
+
+def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
+    res = snakemake(tiny_run, "--report", "report.html", timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    html_path = tiny_run / "report.html"
+    html = html_path.read_text(encoding="utf-8", errors="replace")
+    missing = [n for n in RUN_PLOTS if n not in html]
+    missing += [f"epoch1/{n}" for n in EPOCH_PLOTS if f"epoch1/{n}" not in html]
+    assert not missing, f"plots missing from the report: {missing}"
+    for text in ("Epoch 1", "Adversarial Taboo", "epochs.tsv", "reasoning.tsv"):
+        assert text in html, text
+
+    browser = _browser()
+    if browser is None:
+        pytest.skip("no headless browser (install Debian's chromium) to render the report")
+    png = tmp_path / "report.png"
+    out = _screenshot(browser, html_path, png, tmp_path / "profile")
+    assert png.is_file(), out.stderr[-3000:]
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert png.stat().st_size > 10_000  # a rendered page, not a blank one
