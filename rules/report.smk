@@ -84,10 +84,10 @@ rule summary_tables:
         log_path("summary_tables.log"),
     benchmark:
         bench_path("summary_tables.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
     shell:
         "spag summarize --collect --epoch-summaries {input.epochs:q}"
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
@@ -111,16 +111,16 @@ rule plots:
             )
             for key, (name, sub) in RUN_PLOT_FILES.items()
         },
-    params:
-        outdir=PLOTS_DIR,
     log:
         log_path("plots.log"),
     benchmark:
         bench_path("plots.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        outdir=PLOTS_DIR,
     shell:
         "spag plots --output-dir {params.outdir:q} --summary {input.summary:q}"
         " --reasoning {input.reasoning:q} --samples {input.samples:q} --loss {input.loss:q}"
@@ -142,16 +142,16 @@ rule epoch_plots:
             )
             for key in EPOCH_PLOT_FILES
         },
-    params:
-        outdir=str(Path(PLOTS_DIR, "epoch{epoch}")),
     log:
         log_path("epoch{epoch}", "plots.log"),
     benchmark:
         bench_path("epoch{epoch}", "plots.tsv")
-    resources:
-        **job_resources("cpu"),
     conda:
         "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        outdir=str(Path(PLOTS_DIR, "epoch{epoch}")),
     shell:
         "spag plots --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --episodes {input.episodes:q}"
