@@ -87,5 +87,6 @@ def offline_po_loss(
     stats = _stats(lp, ref)
     stats["n_sft"] = n_sft.to(torch.float32)
     stats["n_game"] = n_game.to(torch.float32)
-    stats["clipped"] = ((ratio.detach() - 1.0).abs() > clip_eps).sum().to(torch.float32)
+    # Game samples whose ratio left the trust region (SFT rows are never clipped).
+    stats["clipped"] = (((ratio.detach() - 1.0).abs() > clip_eps) & is_game).sum().to(torch.float32)
     return loss, stats

@@ -224,7 +224,20 @@ def training_arguments(cfg: TrainConfig, deepspeed_config: str | None):
     warmup = cfg.warmup_ratio
     if not 0.0 <= warmup < 1.0:
         raise SpagInputError(f"--warmup-ratio must be in [0, 1), got {warmup}")
+    extra = {}
+    if deepspeed_config is not None and not torch.cuda.is_available():
+        # Without CUDA, accelerate would set DeepSpeed up with no backend and count one
+        # process whatever the world size; a state configured here with gloo counts right.
+        from accelerate import PartialState
+
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+        try:
+            PartialState(backend="gloo")
+        finally:
+            del os.environ["ACCELERATE_USE_DEEPSPEED"]
+        extra["accelerator_config"] = {"use_configured_state": True}
     return TrainingArguments(
+        **extra,
         output_dir=cfg.checkpoint_dir,
         per_device_train_batch_size=cfg.per_device_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
@@ -252,7 +265,8 @@ def training_arguments(cfg: TrainConfig, deepspeed_config: str | None):
         report_to="none",
         disable_tqdm=True,
         dataloader_drop_last=False,
-        use_cpu=not torch.cuda.is_available(),
+        # use_cpu would bypass the DeepSpeed set-up; DeepSpeed picks its CPU accelerator itself.
+        use_cpu=not torch.cuda.is_available() and deepspeed_config is None,
     )
 
 

@@ -67,6 +67,7 @@ class SpagTrainer(Trainer):
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
         self._reset_stats()
+        self.add_callback(_StatsClock(self))
 
     # ---- data order ----
     def _get_train_sampler(self, train_dataset=None):
@@ -152,7 +153,7 @@ class SpagTrainer(Trainer):
             "ratio_mean": s["ratio_sum"] / count,
             "ratio_min": float(lo),
             "ratio_max": float(hi),
-            "clipped_frac": s["clipped"] / count,
+            "clipped_frac": s["clipped"] / max(s["n_game"], 1.0),
             "n_game": s["n_game"],
             "n_sft": s["n_sft"],
             "tokens_per_s": s["tokens"] / elapsed,
@@ -175,6 +176,16 @@ class SpagTrainer(Trainer):
         if self.args.should_save:
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             (folder / COMPLETE_MARKER).write_text(f"{self.state.global_step}\n")
+
+
+class _StatsClock(TrainerCallback):
+    """Start the throughput clock when training starts, not when the trainer is built."""
+
+    def __init__(self, trainer: SpagTrainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer._reset_stats()
 
 
 class LossLogCallback(TrainerCallback):
