@@ -326,6 +326,10 @@ I/O included (best of {args.repeat} runs); CPU time is user + system time of the
 | per-game baseline (research code's structure, JSON output) | {base_wall:.2f} | {base_cpu:.2f} | {base_rss:.0f} |
 
 Speed-up: {base_wall / ours_wall:.1f}x. Outputs compared: {agreement}.
+
+Goal: 2 s or less and under 1 GiB for this input on a 2-core machine. When the load
+average is above the number of cores, the child waits for a core most of the time:
+read the CPU time column then (an idle machine's wall time is close to it).
 """
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(report)
