@@ -14,9 +14,9 @@ from spag.tables import SAMPLE_SCHEMA
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def run(tmp_path, src, *extra) -> pa.Table:
+def run(tmp_path, *args) -> pa.Table:
     out = tmp_path / "samples.parquet"
-    assert main(["imitation-samples", "--input", str(src), "--output", str(out), *extra]) == 0
+    assert main(["imitation-samples", "--output", str(out), "--input", *map(str, args)]) == 0
     table = pq.read_table(out)
     assert table.schema == SAMPLE_SCHEMA
     return table
@@ -57,3 +57,10 @@ def test_instruction_parquet(tmp_path):
         ("a", "x", "sft"),
         ("b", "y", "sft"),
     ]
+
+
+def test_several_inputs_are_concatenated(tmp_path):
+    games = run(tmp_path, DATA / "demo_games.json").num_rows
+    sft = run(tmp_path, DATA / "demo_sft.json").num_rows
+    both = run(tmp_path, DATA / "demo_games.json", DATA / "demo_sft.json")
+    assert both.num_rows == games + sft

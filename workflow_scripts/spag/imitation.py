@@ -41,3 +41,24 @@ def load_imitation_input(path: str | os.PathLike) -> tuple[pa.Table | None, pa.T
     if kind in ("instructions", "alpaca"):
         return None, data_formats.load_instructions_json(str(p))
     raise SpagInputError(f"{p}: unknown data format {kind!r}")
+
+
+def load_imitation_inputs(
+    paths: list[str | os.PathLike],
+) -> tuple[pa.Table | None, pa.Table | None]:
+    """:func:`load_imitation_input` over several files: games and instructions concatenated."""
+    games, instructions = [], []
+    for path in paths:
+        g, i = load_imitation_input(path)
+        if g is not None:
+            games.append(g)
+        if i is not None:
+            instructions.append(i.select(["query", "target"]))
+    try:
+        return (
+            pa.concat_tables(games, promote_options="permissive") if games else None,
+            pa.concat_tables(instructions, promote_options="permissive") if instructions else None,
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        names = ", ".join(map(str, paths))
+        raise SpagInputError(f"{names}: the files' columns do not fit together: {exc}") from exc

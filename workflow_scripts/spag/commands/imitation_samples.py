@@ -12,8 +12,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input",
         required=True,
+        nargs="+",
         help="episodes Parquet, instruction Parquet (query, target), or a JSON file of "
-        "games, instructions or Alpaca records",
+        "games, instructions or Alpaca records; several files are concatenated",
     )
     p.add_argument("--output", required=True, help="samples Parquet to write")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised prompts")
@@ -21,20 +22,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spag.imitation import load_imitation_input
+    from spag.imitation import load_imitation_inputs
     from spag.prompts import load_prompts
     from spag.rewards import imitation_samples
     from spag.tables import write_parquet
 
-    games, instructions = load_imitation_input(args.input)
+    games, instructions = load_imitation_inputs(args.input)
+    names = ", ".join(args.input)
     samples = imitation_samples(
         games,
         instructions,
         seed=args.seed,
         prompts=load_prompts(args.prompts) if games is not None else None,
-        source=str(args.input),
-        instructions_source=str(args.input),
+        source=names,
+        instructions_source=names,
     )
     write_parquet(samples, args.output)
-    log.info("%s: %d imitation samples from %s", args.output, samples.num_rows, args.input)
+    log.info("%s: %d imitation samples from %s", args.output, samples.num_rows, names)
     return 0
