@@ -113,11 +113,14 @@ def epoch_targets(epoch):
     """What spag_epoch{N} builds: M(N), and the evaluations of the base model, M0 ... M(N).
 
     Earlier epochs' evaluations are cheap next to their training and give the curve
-    that the paper's claim is about.
+    that the paper's claim is about. The self-play shards are targets too: Snakemake
+    does not rebuild a removed intermediate file whose dependents are up to date, and
+    a user who removes one shard wants it rebuilt, with what depends on it.
     """
     targets = [model_of_epoch(epoch), REASONING.format(model="base")]
     targets.append(REASONING.format(model="imitation"))
     for e in range(1, int(epoch) + 1):
+        targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
         targets += [
             EVAL_TABLE.format(epoch=e),
             REASONING.format(model=f"epoch{e}"),

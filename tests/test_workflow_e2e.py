@@ -36,7 +36,7 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     # 1. Shard 1 fails on purpose; --keep-going lets everything else that can, finish.
     res = snakemake(wd, "spag_epoch1", "--keep-going", env={"SPAG_FAIL_SHARDS": "1"})
     assert res.returncode != 0
-    assert shard0.is_file() and not shard1.exists()
+    assert shard0.is_file() and not shard1.exists(), res.stderr[-3000:]
     assert (wd / "results/imitation/model/config.json").is_file()
     assert (wd / "results/eval/reasoning/imitation.json").is_file()
 

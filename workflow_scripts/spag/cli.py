@@ -19,7 +19,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "target-words": ("target_words", "build the training and held-out target word lists"),
     "build-tiny-model": ("build_tiny_model", "build the embedded tiny Llama and its BPE tokenizer"),
     "prepare-base-model": ("prepare_base_model", "check a hub id or local model and record it"),
-    "prepare-games": ("prepare_games", "convert demonstration games to an episodes table"),
     "prepare-sft": ("prepare_sft", "convert instruction data (query/target or Alpaca) to Parquet"),
     "imitation-samples": ("imitation_samples", "build imitation samples from demonstration games"),
     "play": ("play", "play Adversarial Taboo games for one shard of target words"),
