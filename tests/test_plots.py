@@ -184,3 +184,13 @@ def test_plots_do_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_selfplay_seconds_from_benchmarks(run_tables):
+    from spag.plots import selfplay_seconds
+
+    root, _, _ = run_tables
+    benches = sorted((root / "benchmarks").rglob("*.tsv"))
+    other = root / "benchmarks" / "epoch1" / "train.tsv"
+    other.write_text("s\n100\n")
+    assert selfplay_seconds([*benches, other]) == {1: 5.0, 2: 5.0}

@@ -337,11 +337,38 @@ def plot_training(losses: Mapping[str, pd.DataFrame], path: str | os.PathLike) -
     save(fig, path)
 
 
-def plot_generation_speed(summary: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Self-play tokens per game (bars) and generated tokens per second (line) by epoch."""
+def selfplay_seconds(benchmarks: Sequence[str | os.PathLike]) -> dict[int, float]:
+    """Wall time of the self-play shard jobs per epoch, from their benchmark files."""
+    out: dict[int, float] = {}
+    for b in benchmarks:
+        m = re.search(r"epoch(\d+)", str(b))
+        if not m or benchmark_step(b) != "selfplay":
+            continue
+        s = _numeric(read_tsv(b, "benchmark"), "s").dropna()
+        if len(s):
+            out[int(m.group(1))] = out.get(int(m.group(1)), 0.0) + float(s.iloc[-1])
+    return out
+
+
+def plot_generation_speed(
+    summary: pd.DataFrame,
+    path: str | os.PathLike,
+    benchmarks: Sequence[str | os.PathLike] = (),
+) -> None:
+    """Self-play tokens per game (bars) and generated tokens per second (line) by epoch.
+
+    Where the summary has no tokens/s, the shard jobs' benchmark time is used
+    (model loading included: a lower bound on the generation speed).
+    """
     fig, ax = plt.subplots(figsize=FIGSIZE)
     per_game = _numeric(summary, "gen_tokens_per_game")
     speed = _numeric(summary, "gen_tokens_per_s")
+    if benchmarks and not summary.empty:
+        seconds = selfplay_seconds(benchmarks)
+        tokens = _numeric(summary, "gen_tokens")
+        for i, e in summary["epoch"].astype(int).items():
+            if math.isnan(speed[i]) and seconds.get(e, 0) > 0 and not math.isnan(tokens[i]):
+                speed[i] = tokens[i] / seconds[e]
     if summary.empty or not (_has(per_game) or _has(speed)):
         no_data(ax, "no generation metadata in the self-play shards")
     else:
@@ -528,7 +555,7 @@ def run_plots(
         "decisive_games.png": lambda p: plot_decisive(summary_df, p),
         "rewards.png": lambda p: plot_rewards(sample_dfs, p),
         "training_curves.png": lambda p: plot_training(loss_dfs, p),
-        "generation_speed.png": lambda p: plot_generation_speed(summary_df, p),
+        "generation_speed.png": lambda p: plot_generation_speed(summary_df, p, benchmarks),
         "step_runtime.png": lambda p: plot_step_runtime(benchmarks, p),
     }
     assert set(jobs) == set(RUN_PLOTS)
