@@ -134,9 +134,10 @@ JobCompLoc=/var/log/slurm/jobcomp.log
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0
-# keep finished jobs visible to squeue for 5 min (plugin's squeue status mode
-# needs MinJobAge >= 3 * slurm-init-seconds-before-status-checks)
-MinJobAge=300
+# keep finished jobs visible to squeue for an hour: the plugin's squeue status mode
+# needs MinJobAge >= 3 * slurm-init-seconds-before-status-checks, and the tests read
+# the records (state, TRES, exit code) of every job of a several-minute run afterwards
+MinJobAge=3600
 KillWait=5
 Waittime=0
 TaskProlog=/etc/slurm/task-prolog.sh

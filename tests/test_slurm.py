@@ -1,12 +1,13 @@
 """The tiny pipeline through a real SLURM cluster (snakemake-executor-plugin-slurm).
 
-These tests need `sbatch` and `squeue` on PATH and a cluster with a default partition
-(CI starts a local one-node cluster with scripts/start-slurm.sh, fake GPUs included).
-They check that jobs really went through sbatch, that GPU rules asked for GPUs and saw
-CUDA_VISIBLE_DEVICES, that a failing shard lets the other shards finish and is rebuilt
-alone by the next run, and that a shard job cancelled with scancel is recovered the
-same way. Every Snakemake run is wrapped in `timeout -k`, so a hung status check
-cannot hang CI.
+The tests marked `slurm` need `sbatch` and `squeue` on PATH and a cluster with a
+default partition (CI starts a local one-node cluster with scripts/start-slurm.sh,
+fake GPUs included); the checks of the shipped profile itself run everywhere.
+The cluster tests check that jobs really went through sbatch, that GPU rules asked
+for GPUs and saw CUDA_VISIBLE_DEVICES, that a shard failing on purpose and a shard
+job cancelled with scancel let the other shards finish, and that the next run
+submits exactly those shards and what depends on them. Every Snakemake run is
+wrapped in `timeout -k`, so a hung status check cannot hang CI.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
@@ -333,6 +332,44 @@ def rerun(workdir, cluster, faulty_run) -> tuple[Run, Run]:
 
 
 # ---------------------------------------------------------------- tests
+def test_every_profile_line_is_commented():
+    for n, line in enumerate(CLUSTER_PROFILE.read_text().splitlines(), 1):
+        if line.strip():
+            assert "#" in line, f"{CLUSTER_PROFILE}:{n} has no comment: {line!r}"
+
+
+def test_profile_settings():
+    profile = yaml.safe_load(CLUSTER_PROFILE.read_text())
+    assert profile["executor"] == "slurm"
+    assert profile["jobs"] >= 1
+    assert profile["retries"] >= 1  # with resources that grow with the attempt
+    assert profile["keep-going"] is True
+    assert profile["latency-wait"] >= 5
+    triggers = set(profile["rerun-triggers"])
+    assert "code" not in triggers  # a reformatted rule must not rerun GPU jobs
+    assert {"mtime", "input", "params"} <= triggers
+    defaults = profile["default-resources"]
+    assert defaults["slurm_partition"] and defaults["runtime"] > 0 and defaults["mem_mb"] > 0
+    # cpus_per_task here would override every rule's threads
+    assert not {"cpus_per_task", "threads", "gpu", "gpus"} & set(defaults)
+
+
+def test_profile_keys_are_snakemake_options():
+    """A misspelt key would be rejected only when a user runs the profile."""
+    snakemake = Path(sys.executable).with_name("snakemake")
+    if not snakemake.exists():
+        pytest.skip("snakemake not installed beside this Python")
+    help_text = subprocess.run(
+        [str(snakemake), "--help"], capture_output=True, text=True, timeout=120
+    ).stdout
+    profile = yaml.safe_load(CLUSTER_PROFILE.read_text())
+    test_profile = {
+        "slurm-status-command", "slurm-no-account", "slurm-init-seconds-before-status-checks",
+    }  # fmt: skip
+    for key in set(profile) | test_profile:
+        assert f"--{key}" in help_text, key
+
+
 def test_overlay_is_a_valid_config():
     """The tests' overlay keeps to the config schema (or every run below fails)."""
     from spag.config import validate_config
@@ -351,6 +388,7 @@ def test_overlay_is_a_valid_config():
     assert config["selfplay"]["num_shards"] > max(FAILING, CANCELLED)
 
 
+@pytest.mark.slurm
 def test_jobs_went_through_sbatch(faulty_run, plan, workdir):
     run, _ = faulty_run
     assert run.rc != 0, "a shard failed and one was cancelled: the run must report failure"
@@ -374,6 +412,7 @@ def test_jobs_went_through_sbatch(faulty_run, plan, workdir):
     assert {p.stem for p in logs.glob("*/*.log")} >= {run.shard_job(0).slurm_id}
 
 
+@pytest.mark.slurm
 def test_gpu_rules_asked_for_gpus_and_saw_them(faulty_run):
     run, cancelled = faulty_run
     gpu_jobs = [j for j in run.submitted if j.rule in GPU_RULES]
@@ -399,6 +438,7 @@ def test_gpu_rules_asked_for_gpus_and_saw_them(faulty_run):
         assert all(v in ("", "unset") for v in seen[job.slurm_id]), job
 
 
+@pytest.mark.slurm
 def test_failed_and_cancelled_shards_let_the_others_finish(faulty_run, workdir):
     run, cancelled = faulty_run
     assert cancelled is not None, "shard 2's job was never seen running, see run1.log"
@@ -414,6 +454,7 @@ def test_failed_and_cancelled_shards_let_the_others_finish(faulty_run, workdir):
     assert ("selfplay", SHARD.format(0)) in run.keys("finished")
 
 
+@pytest.mark.slurm
 def test_rerun_submits_exactly_the_lost_shards_and_their_dependents(faulty_run, plan, rerun):
     run1, _ = faulty_run
     before, run2 = rerun
@@ -432,6 +473,7 @@ def test_rerun_submits_exactly_the_lost_shards_and_their_dependents(faulty_run, 
     assert run2.keys("finished") == expected
 
 
+@pytest.mark.slurm
 def test_nothing_left_after_the_rerun(rerun, workdir, cluster):
     _, run2 = rerun
     assert run2.rc == 0
@@ -440,6 +482,7 @@ def test_nothing_left_after_the_rerun(rerun, workdir, cluster):
     assert not dry_run(workdir, cluster, "spag_epoch1").jobs
 
 
+@pytest.mark.slurm
 def test_multinode_launcher_runs_in_an_allocation(tmp_path):
     """The srun + torchrun prefix, rendezvous on the first node, in a real SLURM job.
 
