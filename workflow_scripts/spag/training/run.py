@@ -249,10 +249,10 @@ def training_arguments(cfg: TrainConfig, deepspeed_config: str | None):
         weight_decay=cfg.weight_decay,
         bf16=cfg.bf16,
         tf32=tf32 or None,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False}
-        if cfg.gradient_checkpointing
-        else None,
+        activation_checkpointing=cfg.gradient_checkpointing,
+        activation_checkpointing_kwargs=(
+            {"use_reentrant": False} if cfg.gradient_checkpointing else None
+        ),
         deepspeed=deepspeed_config,
         save_strategy="steps",
         save_steps=cfg.save_steps,

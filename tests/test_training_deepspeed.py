@@ -1,0 +1,49 @@
+"""Real ZeRO-3 training with two ranks on CPU (``torchrun --nproc_per_node 2``)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+
+import pytest
+from spag.training.scoring import score_file
+from training_samples import sample_rows, write_samples
+
+pytestmark = pytest.mark.deepspeed
+
+
+def test_zero3_two_ranks_on_cpu(tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(16, seed=5))
+    scored = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored, batch_size=8, max_length=96)
+    out = tmp_path / "run"
+    cmd = [
+        shutil.which("torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python",
+        "spag", "train", "--method", "offline_po", "--deepspeed", "zero3",
+        "--model", str(tiny_model_dir), "--samples", str(scored),
+        "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
+        "--loss-log", str(out / "loss.tsv"), "--max-length", "96",
+        "--per-device-batch-size", "2", "--gradient-accumulation-steps", "2",
+        "--learning-rate", "1e-3", "--max-steps", "2", "--save-steps", "1",
+        "--keep-checkpoints",
+    ]  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    # The first DeepSpeed run on a machine compiles its CPU communication op (cached after).
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "2 rank(s)" in proc.stderr
+    with (out / "loss.tsv").open() as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    # 2 ranks x 2 micro-batches x 2 samples per step, counted over all ranks.
+    assert float(rows[0]["n_game"]) + float(rows[0]["n_sft"]) == 8
+    assert abs(float(rows[0]["ratio_max"]) - 1.0) <= 1e-5
+    assert abs(float(rows[0]["ratio_min"]) - 1.0) <= 1e-5
+    # ZeRO-3 checkpoints (per-rank shards) and the gathered final weights.
+    assert list((out / "ckpt" / "checkpoint-2").glob("global_step2/*zero_pp_rank_1*"))
+    model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
+    assert model.config.vocab_size == model.get_input_embeddings().weight.shape[0]

@@ -1,0 +1,82 @@
+"""A training job killed with SIGKILL resumes from its last complete checkpoint."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from spag.training.scoring import score_file
+from training_samples import sample_rows, write_samples
+
+MAX_STEPS = 24
+
+
+def _cmd(model: Path, samples: Path, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "spag", "train", "--method", "offline_po",
+        "--model", str(model), "--samples", str(samples),
+        "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
+        "--loss-log", str(out / "loss.tsv"), "--max-length", "96",
+        "--per-device-batch-size", "2", "--gradient-accumulation-steps", "1",
+        "--learning-rate", "1e-3", "--max-steps", str(MAX_STEPS), "--save-steps", "3",
+        "--save-total-limit", "3", "--keep-checkpoints",
+    ]  # fmt: skip
+
+
+def test_killed_training_resumes_from_its_last_checkpoint(tiny_model_dir, tmp_path):
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(40, seed=3))
+    scored = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored, batch_size=8, max_length=96)
+    out = tmp_path / "run"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    first_log = (tmp_path / "first.log").open("w")
+    proc = subprocess.Popen(
+        _cmd(tiny_model_dir, scored, out), stdout=first_log, stderr=subprocess.STDOUT,
+        env=env, start_new_session=True,
+    )  # fmt: skip
+    marker = None
+    deadline = time.monotonic() + 240
+    while marker is None and time.monotonic() < deadline and proc.poll() is None:
+        done = sorted(out.glob("ckpt/checkpoint-*/spag_checkpoint_complete"))
+        marker = done[0] if done else None
+        time.sleep(0.02)
+    if marker is None:
+        proc.kill()
+        pytest.fail(f"no checkpoint before the run ended (rc {proc.poll()})")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first_log.close()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "model").exists()  # nothing that looks complete
+    assert not (out / "loss.tsv").exists()
+    killed_at = max(
+        int(p.parent.name.split("-")[1])
+        for p in out.glob("ckpt/checkpoint-*/spag_checkpoint_complete")
+    )
+    assert killed_at < MAX_STEPS
+
+    second = subprocess.run(
+        _cmd(tiny_model_dir, scored, out), capture_output=True, text=True, env=env, timeout=300
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    log = second.stdout + second.stderr
+    m = re.search(r"resuming from \S*checkpoint-(\d+)", log)
+    assert m, log[-3000:]
+    resumed = int(m.group(1))
+    assert resumed >= killed_at > 0
+    # Only the remaining steps ran in the second job.
+    assert log.count("'loss'") == MAX_STEPS - resumed
+    state = json.loads((out / f"ckpt/checkpoint-{MAX_STEPS}/trainer_state.json").read_text())
+    assert state["global_step"] == MAX_STEPS
+    assert (out / "model" / "model.safetensors").is_file()
+    with (out / "loss.tsv").open() as fh:
+        steps = [int(r["step"]) for r in csv.DictReader(fh, delimiter="\t")]
+    assert steps == list(range(1, MAX_STEPS + 1))  # each step logged once, none lost

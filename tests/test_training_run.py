@@ -1,0 +1,122 @@
+"""Reference scoring and plain single-process training on the tiny model."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from spag.cli import main
+from spag.training.scoring import META_IDENTITY, model_identity, score_file
+from training_samples import sample_rows, write_samples
+
+MAX_LENGTH = 96
+
+
+@pytest.fixture(scope="module")
+def scored(tiny_model_dir, tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("scored")
+    rows = sample_rows(24)
+    rows[5]["target"] = ""  # an empty target: counted skip, null score
+    samples = write_samples(d / "samples.parquet", rows)
+    out = d / "scored.parquet"
+    score_file(tiny_model_dir, samples, out, batch_size=5, max_length=MAX_LENGTH, dtype="float32")
+    return out
+
+
+def _train_args(model, samples, out: Path, *extra: str) -> list[str]:
+    return [
+        "train", "--model", str(model), "--samples", str(samples),
+        "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
+        "--loss-log", str(out / "loss.tsv"), "--max-length", str(MAX_LENGTH),
+        "--per-device-batch-size", "2", "--gradient-accumulation-steps", "2",
+        "--learning-rate", "1e-3", "--save-steps", "50", *extra,
+    ]  # fmt: skip
+
+
+def _loss_rows(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def test_score_ref_records_identity_and_scores_every_encodable_row(scored, tiny_model_dir):
+    table = pq.read_table(scored)
+    assert table.schema.metadata[META_IDENTITY].decode() == model_identity(tiny_model_dir)
+    scores = table.column("ref_logprob").to_pylist()
+    assert scores[5] is None  # the empty target
+    assert all(s is not None and s < 0 for i, s in enumerate(scores) if i != 5)
+    assert table.num_rows == 24
+
+
+def test_offline_po_trains_and_writes_a_loadable_model(scored, tiny_model_dir, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    rc = main(
+        _train_args(tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3")
+    )
+    assert rc == 0
+    out = tmp_path / "model"
+    for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json"):
+        assert (out / name).is_file(), name
+    assert (out / "tokenizer.json").read_bytes() == (tiny_model_dir / "tokenizer.json").read_bytes()
+    model = AutoModelForCausalLM.from_pretrained(out, use_safetensors=True)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert model.get_input_embeddings().weight.shape[0] == len(tok)  # vocabulary not resized
+    assert model_identity(out) != model_identity(tiny_model_dir)  # the weights moved
+    rows = _loss_rows(tmp_path / "loss.tsv")
+    assert [int(r["step"]) for r in rows] == [1, 2, 3]
+    # Step 1 runs before any update: policy == reference, so the ratio is 1 (fp32).
+    first = rows[0]
+    for key in ("ratio_min", "ratio_mean", "ratio_max"):
+        assert abs(float(first[key]) - 1.0) <= 1e-5, (key, first[key])
+    assert abs(float(first["kl"])) <= 1e-5
+    assert float(rows[-1]["ratio_max"]) != pytest.approx(1.0, abs=1e-5)  # later steps move
+    assert all(float(r["pad_frac"]) <= 0.5 for r in rows)
+    assert not list((tmp_path / "ckpt").glob("checkpoint-*"))  # cleaned after success
+    info = json.loads((out / "spag_training.json").read_text())
+    assert info["method"] == "offline_po" and info["global_step"] == 3
+
+
+def test_sft_kl_one_step_with_explicit_reference(scored, tiny_model_dir, tmp_path):
+    rc = main(
+        _train_args(
+            tiny_model_dir, scored, tmp_path, "--method", "sft_kl", "--max-steps", "1",
+            "--ref-model", str(tiny_model_dir), "--no-group-by-length", "--gradient-checkpointing",
+        )
+    )  # fmt: skip
+    assert rc == 0
+    (row,) = _loss_rows(tmp_path / "loss.tsv")
+    assert abs(float(row["ratio_max"]) - 1.0) <= 1e-5
+    assert float(row["n_sft"]) == 4 and float(row["n_game"]) == 0
+
+
+def test_scores_under_another_model_are_refused(scored, tiny_model_dir, tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_dir, other)
+    weights = load_file(other / "model.safetensors")
+    weights = {k: v + 0.01 * torch.ones_like(v) for k, v in weights.items()}
+    save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
+    rc = main(_train_args(other, scored, tmp_path, "--method", "offline_po", "--max-steps", "1"))
+    assert rc == 2
+    assert "computed under another model" in capsys.readouterr().err
+    assert not (tmp_path / "model").exists()
+
+
+def test_bad_inputs_give_clear_errors(scored, tiny_model_dir, tmp_path, capsys):
+    unscored = write_samples(tmp_path / "unscored.parquet", sample_rows(4))
+    assert main(_train_args(tiny_model_dir, unscored, tmp_path, "--method", "sft_kl")) == 2
+    assert "missing column 'ref_logprob'" in capsys.readouterr().err
+    args = _train_args(tiny_model_dir, scored, tmp_path, "--method", "sft_kl")
+    args[args.index("--max-length") + 1] = "64"
+    assert main(args) == 2
+    assert "max_length 96, training uses 64" in capsys.readouterr().err
+    assert main(["score-ref", "--model", str(tmp_path / "none"), "--samples", str(unscored),
+                 "--output", str(tmp_path / "x.parquet")]) == 2  # fmt: skip
+    assert "not a model folder" in capsys.readouterr().err
+    assert not (tmp_path / "x.parquet").exists()
