@@ -98,3 +98,21 @@ def test_dag_and_rulegraph_render(workdir):
         res = snakemake(workdir, "spag_epoch2", flag)
         assert res.returncode == 0, res.stderr
         assert res.stdout.lstrip().startswith("digraph"), res.stdout[:200]
+
+
+def test_missing_data_file_fails_before_any_job_naming_it(workdir):
+    res = snakemake(workdir, "spag_epoch1", "-n", config={"data": {"sft": "data/nowhere.json"}})
+    assert res.returncode != 0
+    assert "data/nowhere.json" in res.stderr + res.stdout
+    assert "Job stats" not in res.stdout
+
+
+def test_user_word_list_with_bad_word_fails_in_its_own_job(tmp_path):
+    """A word list with a shell metacharacter is refused by the word step, naming the line."""
+    wd = make_workdir(tmp_path / "words")
+    (wd / "words.txt").write_text("apple\n\nbanana\napple\n$(reboot)\n")
+    res = snakemake(wd, "results/words/train.txt", config={"words": {"source": "words.txt"}})
+    assert res.returncode != 0
+    log = (wd / "results/logs/target_words.log").read_text()
+    assert "words.txt:5" in log and "$(reboot)" in log
+    assert not (wd / "results/words/train.txt").exists()
