@@ -124,23 +124,55 @@ def test_context_budget_caps_at_the_model_context(tiny_model_dir):
 
 def test_hf_one_bos_in_model_input(backend):
     seen = []
-    original = backend.model.generate
+    original = backend._decode
 
-    def spy(**kw):
-        seen.append(kw["input_ids"].clone())
-        return original(**kw)
+    def spy(seqs, **kw):
+        seen.extend(seqs)
+        return original(seqs, **kw)
 
-    backend.model.generate = spy
+    backend._decode = spy
     try:
         _gen(backend, PROMPTS)
     finally:
-        del backend.model.generate
+        del backend._decode
     bos = backend.tokenizer.bos_token_id
-    rows = [row for batch in seen for row in batch.tolist()]
-    assert len(rows) == len(PROMPTS)
-    for row in rows:
-        real = [t for t in row if t != backend.pad_id or t == bos]
-        assert real.count(bos) == 1 and real[0] == bos
+    assert len(seen) == len(PROMPTS)
+    for ids in seen:
+        assert ids[0] == bos and ids.count(bos) == 1
+
+
+def test_hf_greedy_equals_plain_generate_one_at_a_time(backend):
+    """The batched decoder (shared prefix, padding, static cache) changes no token."""
+    import torch
+    from spag.prompts import load_prompts
+    from transformers import GenerationConfig
+
+    prompts = load_prompts()
+    history = [{"role": "attacker", "content": "a sweet red fruit"}]
+    texts = [
+        prompts.play_prompt([], "attacker", "apple", 5),
+        prompts.play_prompt(history, "defender", "apple", 5),
+        prompts.play_prompt(history * 3, "defender", "apple", 5),
+        "hi",
+    ]
+    replies = _gen(backend, texts, greedy=True, max_new_tokens=8)
+    config = GenerationConfig(
+        max_new_tokens=8,
+        min_new_tokens=2,
+        do_sample=False,
+        eos_token_id=backend.eos_ids,
+        pad_token_id=backend.pad_id,
+    )
+    for text, reply in zip(texts, replies, strict=True):
+        ids = torch.tensor([backend.tokenizer(text).input_ids])
+        out = backend.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+        )[0, ids.shape[1] :].tolist()
+        eos = [k for k, t in enumerate(out) if t in backend.eos_ids]
+        expected = backend.tokenizer.decode(
+            out[: eos[0]] if eos else out, skip_special_tokens=True
+        ).strip()
+        assert reply.text == expected
 
 
 def test_hf_same_seed_same_replies_and_order_kept(backend):

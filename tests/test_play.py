@@ -14,7 +14,6 @@ from play_helpers import (
     WORDS,
     ScriptedBackend,
     child_command,
-    ensure_words_module,
     write_words,
 )
 from spag.cli import main
@@ -29,8 +28,6 @@ from spag.selfplay import (
     selfplay_specs,
     shard_seed,
 )
-
-ensure_words_module()
 
 
 class KeyPrompts:

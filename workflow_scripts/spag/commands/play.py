@@ -97,6 +97,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="opponent name recorded in the episodes (default: the folder name)",
     )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice; set it to the job's cores)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -144,6 +150,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpagInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.games_per_word < 1:
         raise SpagInputError(f"--games-per-word must be at least 1, got {args.games_per_word}")
+    if args.threads is not None and args.threads < 1:
+        raise SpagInputError(f"--threads must be at least 1, got {args.threads}")
     if args.opponent and args.games_per_word != 1:
         raise SpagInputError("--games-per-word applies to self-play only (not with --opponent)")
 
@@ -203,6 +211,10 @@ def run(args: argparse.Namespace) -> int:
         "greedy" if greedy else f"temperature {args.temperature}, top-p {args.top_p}",
     )
 
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
     backends = {}
     if specs:
         # Two engines share the GPU in evaluation games.

@@ -1,10 +1,11 @@
-"""The ``hf`` backend: batched transformers generation with KV cache (CPU or one GPU).
+"""The ``hf`` backend: batched transformers generation with a KV cache (CPU or one GPU).
 
 All prompts of a call are encoded (one BOS, left truncation), sorted by length
-and generated in sub-batches of ``batch_size`` with left padding, so that
-padding stays small. The global RNG is seeded per call inside a forked RNG
-state: the same prompts and seed give the same replies, and the caller's RNG is
-left untouched.
+and decoded in sub-batches of ``batch_size``. Per sub-batch the prompt prefix
+that all rows share (the game rules) is computed once, the KV cache is
+preallocated, and a row stops at EOS (no earlier than ``MIN_NEW_TOKENS``). Each
+call draws from its own ``torch.Generator`` seeded with the call's seed: the
+same prompts and seed give the same replies, and the global RNG is untouched.
 """
 
 from __future__ import annotations
@@ -77,26 +78,6 @@ class HFBackend:
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
 
-    def _generation_config(
-        self, max_new_tokens: int, temperature: float, top_p: float, greedy: bool
-    ):
-        from transformers import GenerationConfig
-
-        common = dict(
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=min(MIN_NEW_TOKENS, max_new_tokens),
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id,
-            bos_token_id=self.encoder.bos_id,
-            use_cache=True,
-        )
-        if greedy or temperature <= 0:
-            return GenerationConfig(do_sample=False, **common)
-        # Plain temperature / nucleus sampling, as vLLM does it: no top-k cut.
-        return GenerationConfig(
-            do_sample=True, temperature=float(temperature), top_p=float(top_p), top_k=0, **common
-        )
-
     def generate(
         self,
         prompts: list[str],
@@ -114,31 +95,133 @@ class HFBackend:
         if max_new_tokens < 1:
             raise SpagInputError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
-        config = self._generation_config(max_new_tokens, temperature, top_p, greedy)
+        sample = not greedy and temperature > 0
+        # A generator of its own per call: same seed, same draws, global RNG untouched.
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(int(seed))
         # Longest first: similar lengths share a sub-batch, so little padding.
         order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i][0]), i))
         replies: list[Reply | None] = [None] * len(encoded)
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(seed)
+        with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
-                width = max(len(encoded[i][0]) for i in idx)
-                ids = torch.full((len(idx), width), self.pad_id, dtype=torch.long)
-                mask = torch.zeros((len(idx), width), dtype=torch.long)
-                for row, i in enumerate(idx):
-                    seq = encoded[i][0]
-                    ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-                    mask[row, width - len(seq) :] = 1
-                out = self.model.generate(
-                    input_ids=ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    generation_config=config,
+                rows = self._decode(
+                    [encoded[i][0] for i in idx],
+                    max_new_tokens=max_new_tokens,
+                    temperature=float(temperature) if sample else 0.0,
+                    top_p=float(top_p),
+                    generator=generator,
                 )
-                new = out[:, width:].tolist()
-                for row, i in enumerate(idx):
-                    replies[i] = self._reply(new[row], encoded[i][1])
+                for i, tokens in zip(idx, rows, strict=True):
+                    replies[i] = self._reply(tokens, encoded[i][1])
         return replies  # type: ignore[return-value]
+
+    def _prefix_kv(self, prefix: list[int]) -> list[tuple]:
+        """Keys and values of a prompt prefix, computed once at batch size 1."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def _decode(
+        self,
+        seqs: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        generator,
+    ) -> list[list[int]]:
+        """Generate for one sub-batch; return each row's new tokens (EOS, then padding).
+
+        Layout per row: ``[shared prefix][padding][own suffix]``. The prefix that
+        all rows share (the game rules open every play prompt) is run once and
+        copied into a preallocated KV cache for all rows; the padding is masked out
+        and positions count real tokens only, so each row sees exactly its prompt.
+        The preallocated (static) cache avoids re-copying the cache at every step.
+        """
+        import torch
+        from transformers import StaticCache
+
+        dev = self.device
+        batch = len(seqs)
+        first = seqs[0]
+        shortest = min(len(s) for s in seqs)
+        # The longest common prefix, leaving at least one own token per row.
+        prefix_len = 0
+        while prefix_len < shortest - 1 and all(s[prefix_len] == first[prefix_len] for s in seqs):
+            prefix_len += 1
+        width = max(len(s) for s in seqs)
+        total = width + max_new_tokens
+        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, total), dtype=torch.long)
+        for row, s in enumerate(seqs):
+            own = s[prefix_len:]
+            ids[row, :prefix_len] = torch.tensor(s[:prefix_len], dtype=torch.long)
+            ids[row, width - len(own) :] = torch.tensor(own, dtype=torch.long)
+            mask[row, :prefix_len] = 1
+            mask[row, width - len(own) : width] = 1
+        positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
+
+        cache = StaticCache(config=self.model.config, max_cache_len=total)
+        if prefix_len:
+            shared = self._prefix_kv(first[:prefix_len])
+            for layer, (k, v) in zip(cache.layers, shared, strict=True):
+                layer.update(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1))
+        logits = self.model(
+            input_ids=ids[:, prefix_len:],
+            attention_mask=mask,
+            position_ids=positions[:, prefix_len:],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        next_pos = positions[:, -1] + 1
+        eos = torch.tensor(self.eos_ids, device=dev)
+        pad = torch.full((batch,), self.pad_id, dtype=torch.long, device=dev)
+        done = torch.zeros(batch, dtype=torch.bool, device=dev)
+        out = torch.full((batch, max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
+        for t in range(max_new_tokens):
+            logits = logits.float()
+            if t < MIN_NEW_TOKENS:
+                logits[:, eos] = float("-inf")  # no reply may be empty
+            token = torch.where(done, pad, self._pick(logits, temperature, top_p, generator))
+            out[:, t] = token
+            done |= torch.isin(token, eos)
+            if t + 1 == max_new_tokens or bool(done.all()):
+                break
+            mask[:, width + t] = 1
+            logits = self.model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=(next_pos + t)[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1, :]
+        return out.tolist()
+
+    @staticmethod
+    def _pick(logits, temperature: float, top_p: float, generator):
+        """Greedy (temperature 0) or temperature / nucleus sampling with ``generator``."""
+        import torch
+
+        if temperature <= 0:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits / temperature, dim=-1)
+        if top_p < 1.0:
+            sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
+            # Keep the smallest set whose mass reaches top_p (the top token always stays).
+            drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
+            probs = torch.zeros_like(probs).scatter(
+                -1, sorted_idx, sorted_probs.masked_fill(drop, 0)
+            )
+        # Exponential race: argmax(p / E), E ~ Exp(1), is a draw from p (no sort, one pass).
+        race = torch.empty_like(probs).exponential_(generator=generator)
+        return (probs / race).argmax(-1)
 
     def _reply(self, tokens: list[int], prompt_truncated: bool) -> Reply:
         eos_at = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
