@@ -96,3 +96,20 @@ def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
     assert png.is_file(), out.stderr[-3000:]
     assert png.read_bytes()[:8] == PNG_MAGIC
     assert png.stat().st_size > 10_000  # a rendered page, not a blank one
+
+
+def test_unknown_task_fails_only_its_jobs(tiny_run):
+    """A misnamed lm-eval task: a clear error in each reasoning log, nothing else rebuilt."""
+    model = tiny_run / "results" / "epoch1" / "model" / "model.safetensors"
+    before = model.stat().st_mtime_ns
+    bad = {"evaluation": {"reasoning": {"tasks": ["no_such_task"]}}}
+    res = snakemake(tiny_run, "--keep-going", "--cores", "2", config=bad, timeout=900)
+    assert res.returncode != 0
+    for name in ("base", "imitation", "epoch1"):
+        log = (tiny_run / "results" / "logs" / "eval" / f"reasoning_{name}.log").read_text()
+        assert "unknown lm-eval task 'no_such_task'" in log, log[-2000:]
+        assert "Traceback" not in log
+        assert not (tiny_run / "results" / "eval" / "reasoning" / f"{name}.json").exists()
+    assert model.stat().st_mtime_ns == before
+    # The plots that do not need reasoning scores were still drawn.
+    assert (tiny_run / "results" / "plots" / "epoch1" / "rewards.png").is_file()
