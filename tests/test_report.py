@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from spag.plots import EPOCH_PLOTS, RUN_PLOTS
-from workflow_utils import TINY_OVERLAY, make_workdir, snakemake
+from workflow_utils import TINY_OVERLAY, job_counts, make_workdir, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -111,5 +111,7 @@ def test_unknown_task_fails_only_its_jobs(tiny_run):
         assert "Traceback" not in log
         assert not (tiny_run / "results" / "eval" / "reasoning" / f"{name}.json").exists()
     assert model.stat().st_mtime_ns == before
-    # The plots that do not need reasoning scores were still drawn.
-    assert (tiny_run / "results" / "plots" / "epoch1" / "rewards.png").is_file()
+    # Only the reasoning jobs and what reads their results were planned.
+    planned = job_counts(res.stdout + res.stderr)
+    assert planned["eval_reasoning"] == 3
+    assert set(planned) <= {"eval_reasoning", "epoch_summary", "summary_tables", "plots", "all"}
