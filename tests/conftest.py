@@ -48,6 +48,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
     corpus = sorted(p for p in DATA.glob("*") if p.suffix in (".json", ".yaml", ".txt"))
     out = tmp_path_factory.mktemp("tiny") / "model"
-    build_tiny_model(corpus, out, vocab_size=512, hidden_size=32, intermediate_size=64,
-                     num_layers=2, num_heads=4, seed=0)
+    build_tiny_model(
+        corpus,
+        out,
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_layers=2,
+        num_heads=4,
+        seed=0,
+    )
     return out
