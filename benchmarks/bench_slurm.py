@@ -170,13 +170,15 @@ def slurm_run(root: Path, init: int, poll: int) -> dict:
     }
 
 
-def report(local: dict, slurms: list[dict], out: Path) -> str:
+def report(local: dict, slurms: list[dict], out: Path, load: list[float]) -> str:
     lines = [
         "# Tiny `spag_epoch1`: SLURM vs local executor",
         "",
         f"Measured {dt.date.today().isoformat()} with `python benchmarks/bench_slurm.py` on "
         f"{os.cpu_count()} cores, one-node SLURM from scripts/start-slurm.sh (2 fake GPUs), "
-        "the SLURM tests' tiny overlay (1 epoch, 3 shards). Times in seconds.",
+        "the SLURM tests' tiny overlay (1 epoch, 3 shards). Times in seconds. "
+        f"1-minute load average before each run: {', '.join(f'{x:.1f}' for x in load)} "
+        "(other work on the machine slows both executors alike).",
         "",
         "| executor | jobs | wall | sum of rule commands |",
         "|---|---:|---:|---:|",
@@ -230,11 +232,14 @@ def main() -> int:
         print("no sbatch on PATH: start a cluster with scripts/start-slurm.sh", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="bench-slurm-"))
+    load = [os.getloadavg()[0]]
     local = local_run(root)
+    load.append(os.getloadavg()[0])
     print(f"local: {local['wall']:.0f} s", flush=True)
     slurms = [slurm_run(root, args.init, args.poll)]
     print(f"slurm: {slurms[0]['wall']:.0f} s", flush=True)
     if args.also_profile_polling:
+        load.append(os.getloadavg()[0])
         shipped = yaml.safe_load(ts.CLUSTER_PROFILE.read_text())
         slurms.append(
             slurm_run(
@@ -243,7 +248,7 @@ def main() -> int:
                 shipped["seconds-between-status-checks"],
             )
         )
-    print(report(local, slurms, Path(args.output)))
+    print(report(local, slurms, Path(args.output), load))
     shutil.rmtree(root, ignore_errors=True)
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from spag.launch import (
@@ -102,3 +103,45 @@ def test_multinode_resources():
     assert res == {"nodes": 2, "tasks": 2, "mpi": "srun", "gres": "gpu:8"}
     assert "gpu" not in res
     assert "gres" not in multinode_resources(0, 3)
+
+
+class _Resources(dict):
+    """Job resources as the SLURM plugin reads them (attribute and .get access)."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+def _sbatch_call(resources: dict, threads: int) -> list[str]:
+    submit = pytest.importorskip("snakemake_executor_plugin_slurm.submit_string")
+    utils = pytest.importorskip("snakemake_executor_plugin_slurm.utils")
+    job = SimpleNamespace(resources=_Resources(resources), threads=threads, name="train_spag")
+    params = {
+        "run_uuid": "run",
+        "slurm_logfile": "slurm.log",
+        "comment_str": "rule_train_spag",
+        "account": "",
+        "partition": "-p gpu",
+        "workdir": "/work",
+    }
+    return shlex.split(submit.get_submit_command(job, params) + utils.set_gres_string(job))
+
+
+def test_plugin_submits_a_multinode_training_job_as_intended():
+    """The plugin turns multinode_resources into one task per node, G GPUs per node."""
+    words = _sbatch_call({"runtime": 60, "mem_mb": 64000, **multinode_resources(8, 2)}, 16)
+    assert "--nodes=2" in words
+    assert "--ntasks=2" in words  # one srun task (one torchrun) per node
+    assert "--gres=gpu:8" in words  # per node
+    assert not any(w.startswith("--gpus") for w in words)  # --gpus would count the job
+    assert "--cpus-per-task=16" in words
+
+
+def test_plugin_submits_a_one_node_training_job_with_its_gpus():
+    words = _sbatch_call({"runtime": 60, "mem_mb": 64000, "gpu": 4}, 8)
+    assert "--gpus=4" in words
+    assert "--cpus-per-task=8" in words
+    assert not any(w.startswith(("--nodes", "--gres")) for w in words)
