@@ -42,9 +42,8 @@ def bench_words(n: int) -> list[str]:
 def one_by_one(model, tokenizer, words, prompts, max_turns, max_new_tokens, temperature, seed):
     """One game at a time, ``generate`` at batch size 1 (the research code's loop)."""
     import torch
-    from transformers import GenerationConfig
-
     from spag.selfplay import end_reason
+    from transformers import GenerationConfig
 
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
@@ -87,30 +86,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.2)
     p.add_argument("--batch-size", type=int, default=128, help="hf backend sub-batch size")
-    p.add_argument("--baseline-games", type=int, default=None,
-                   help="play at most this many games one by one per row (its speed does not "
-                        "depend on the shard size); default: all")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads for both sides (default 1: a shared 2-core machine "
-                        "slows down badly when its threads are oversubscribed)")
+    p.add_argument(
+        "--baseline-games",
+        type=int,
+        default=None,
+        help="play at most this many games one by one per row (its speed does not "
+        "depend on the shard size); default: all",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads for both sides (default 1: a shared 2-core machine "
+        "slows down badly when its threads are oversubscribed)",
+    )
     p.add_argument("--model", default=None, help="model folder (default: build the tiny model)")
     p.add_argument("--output", default=None, help="Markdown file for the results (+ .json)")
     args = p.parse_args(argv)
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from spag.generation import load_backend
     from spag.prompts import load_prompts
     from spag.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
     from spag.tiny_model import build_tiny_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.set_num_threads(args.threads)
     tmp = tempfile.TemporaryDirectory()
     if args.model:
         model_dir = Path(args.model)
     else:
-        corpus = sorted(p for p in (REPO / "data").glob("*") if p.suffix in (".json", ".yaml", ".txt"))
+        corpus = sorted(
+            p for p in (REPO / "data").glob("*") if p.suffix in (".json", ".yaml", ".txt")
+        )
         model_dir = build_tiny_model(corpus, Path(tmp.name) / "model")
     prompts = load_prompts()
     backend = load_backend("hf", model_dir, batch_size=args.batch_size)
@@ -121,46 +129,72 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in args.games:
         words = bench_words(n)
-        settings = PlaySettings(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
-                                temperature=args.temperature, seed=n)
-        t0 = time.perf_counter()
+        settings = PlaySettings(
+            max_turns=args.max_turns,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            seed=n,
+        )
+        t0, c0 = time.perf_counter(), time.process_time()
         games = play_games(selfplay_specs(words, 0, 0), {POLICY: backend}, prompts, settings)
-        batched_s = time.perf_counter() - t0
+        batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
         batched_tokens = sum(sum(g.message_tokens) for g in games)
 
         base_words = words[: args.baseline_games] if args.baseline_games else words
-        t0 = time.perf_counter()
-        base_tokens = one_by_one(model, tokenizer, base_words, prompts, args.max_turns,
-                                 args.max_new_tokens, args.temperature, seed=n)
-        base_s = time.perf_counter() - t0
+        t0, c0 = time.perf_counter(), time.process_time()
+        base_tokens = one_by_one(
+            model,
+            tokenizer,
+            base_words,
+            prompts,
+            args.max_turns,
+            args.max_new_tokens,
+            args.temperature,
+            seed=n,
+        )
+        base_s, base_cpu = time.perf_counter() - t0, time.process_time() - c0
         row = {
             "games": n,
             "batched_tokens": batched_tokens,
             "batched_seconds": round(batched_s, 2),
             "batched_tokens_per_s": round(batched_tokens / batched_s, 1),
             "batched_episodes_per_s": round(n / batched_s, 3),
+            "batched_cpu_seconds": round(batched_cpu, 2),
+            "batched_tokens_per_cpu_s": round(batched_tokens / batched_cpu, 1),
             "baseline_games": len(base_words),
             "baseline_tokens": base_tokens,
             "baseline_seconds": round(base_s, 2),
             "baseline_tokens_per_s": round(base_tokens / base_s, 1),
             "baseline_episodes_per_s": round(len(base_words) / base_s, 3),
+            "baseline_cpu_seconds": round(base_cpu, 2),
+            "baseline_tokens_per_cpu_s": round(base_tokens / base_cpu, 1),
         }
-        row["speedup_tokens_per_s"] = round(row["batched_tokens_per_s"] / row["baseline_tokens_per_s"], 2)
+        row["speedup_tokens_per_s"] = round(
+            row["batched_tokens_per_s"] / row["baseline_tokens_per_s"], 2
+        )
         row["speedup_episodes_per_s"] = round(
             row["batched_episodes_per_s"] / row["baseline_episodes_per_s"], 2
         )
+        row["speedup_tokens_per_cpu_s"] = round(
+            row["batched_tokens_per_cpu_s"] / row["baseline_tokens_per_cpu_s"], 2
+        )
+        row["load_average"] = round(os.getloadavg()[0], 1)
         rows.append(row)
         print(json.dumps(row), flush=True)
 
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, "
-                   f"{torch.get_num_threads()} threads",
+        f"{torch.get_num_threads()} threads",
         "python": platform.python_version(),
         "model": f"tiny Llama (spag build-tiny-model defaults), {params / 1e6:.2f} M parameters",
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *(argv or sys.argv[1:])]),
-        "settings": {"max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens,
-                     "temperature": args.temperature, "batch_size": args.batch_size},
+        "settings": {
+            "max_turns": args.max_turns,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "batch_size": args.batch_size,
+        },
     }
     if args.output:
         out = Path(args.output)
@@ -187,9 +221,14 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         "`model.generate` at batch size 1 (the research code's loop). Same words, prompts, "
         "stopping rules and sampling.",
         "",
+        "Wall-clock rates are the goal's measure; on a shared machine they move with the "
+        "load of other processes (load average in the last column), so the rates per CPU-second "
+        "of this process (one torch thread: CPU time is the work done) are given too.",
+        "",
         "| games per shard | batched tokens/s | one-by-one tokens/s | speed-up (tokens/s) "
-        "| batched episodes/s | one-by-one episodes/s | speed-up (episodes/s) |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| batched episodes/s | one-by-one episodes/s | speed-up (episodes/s) "
+        "| speed-up (tokens per CPU-s) | load average |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         base = r["baseline_games"]
@@ -198,7 +237,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             f"| {r['games']} | {r['batched_tokens_per_s']:.0f} | "
             f"{r['baseline_tokens_per_s']:.0f}{note} | **{r['speedup_tokens_per_s']:.1f}x** | "
             f"{r['batched_episodes_per_s']:.2f} | {r['baseline_episodes_per_s']:.2f} | "
-            f"{r['speedup_episodes_per_s']:.1f}x |"
+            f"{r['speedup_episodes_per_s']:.1f}x | {r['speedup_tokens_per_cpu_s']:.1f}x | "
+            f"{r['load_average']} |"
         )
     lines += [
         "",

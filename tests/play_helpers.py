@@ -30,9 +30,17 @@ class ScriptedBackend:
         self.label = label
         self.calls: list[dict] = []
 
-    def generate(self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed):
+    def generate(
+        self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed, cache_keys=None
+    ):
         self.calls.append(
-            {"n": len(prompts), "prompts": list(prompts), "greedy": greedy, "seed": seed}
+            {
+                "n": len(prompts),
+                "prompts": list(prompts),
+                "greedy": greedy,
+                "seed": seed,
+                "keys": cache_keys,
+            }
         )
         out = []
         for i, p in enumerate(prompts):

@@ -126,9 +126,9 @@ def test_hf_one_bos_in_model_input(backend):
     seen = []
     original = backend._decode
 
-    def spy(seqs, **kw):
+    def spy(seqs, keys, **kw):
         seen.extend(seqs)
-        return original(seqs, **kw)
+        return original(seqs, keys, **kw)
 
     backend._decode = spy
     try:
@@ -230,3 +230,23 @@ def test_hf_prompt_truncation_is_reported(tiny_model_dir):
     assert r.prompt_truncated and not s.prompt_truncated
     with pytest.raises(SpagInputError, match="too small"):
         _gen(small, ["hi"], max_new_tokens=23)
+
+
+def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
+    """Games that keep their prompt's keys/values between calls play the same games."""
+    from spag.generation.hf_backend import HFBackend
+    from spag.prompts import load_prompts
+    from spag.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+
+    prompts = load_prompts()
+    specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0)
+    histories = []
+    for reuse in (True, False):
+        b = HFBackend(tiny_model_dir, batch_size=2, reuse_kv=reuse)
+        for greedy in (True, False):
+            settings = PlaySettings(max_turns=3, max_new_tokens=6, greedy=greedy, seed=4)
+            games = play_games(specs, {POLICY: b}, prompts, settings)
+            histories.append([g.history for g in games])
+        assert b._kv_store == {}  # finished games are forgotten
+    assert histories[0] == histories[2]
+    assert histories[1] == histories[3]

@@ -185,6 +185,7 @@ def play_games(
                 top_p=settings.top_p,
                 greedy=settings.greedy,
                 seed=derive_seed(settings.seed, turn, key),
+                cache_keys=[g.spec.episode_id for g in batch],
             )
             if len(replies) != len(batch):
                 raise RuntimeError(
@@ -203,6 +204,8 @@ def play_games(
             g.end_reason = end_reason(g.history, g.spec.target_word, settings.max_turns)
             if g.end_reason is None:
                 still.append(g)
+            elif turn + 1 < max_messages:
+                _release(backends, g.spec.episode_id)
         finished = len(active) - len(still)
         elapsed = max(time.perf_counter() - started, 1e-9)
         log.info(
@@ -216,7 +219,16 @@ def play_games(
         active = still
         if progress is not None:
             progress(finished, turn_tokens)
+    for g in games:
+        _release(backends, g.spec.episode_id)
     return games
+
+
+def _release(backends: Mapping[str, Backend], episode_id: str) -> None:
+    for backend in backends.values():
+        release = getattr(backend, "release", None)
+        if release is not None:
+            release([episode_id])
 
 
 def games_table(

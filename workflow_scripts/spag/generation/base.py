@@ -52,8 +52,18 @@ class Backend(Protocol):
         top_p: float,
         greedy: bool,
         seed: int,
+        cache_keys: list[str] | None = None,
     ) -> list[Reply]:
-        """Return one reply per prompt, in the order of ``prompts``."""
+        """Return one reply per prompt, in the order of ``prompts``.
+
+        ``cache_keys`` names the game of each prompt: a backend may keep what it
+        computed for a game's prompt and reuse it for that game's next, longer
+        prompt. Replies do not depend on it beyond floating-point rounding.
+        """
+        ...
+
+    def release(self, cache_keys: list[str]) -> None:
+        """Forget whatever is kept for these games (they have ended)."""
         ...
 
 

@@ -41,6 +41,7 @@ class HFBackend:
         dtype: str = "auto",
         trust_remote_code: bool = False,
         device: str | None = None,
+        reuse_kv: bool = True,
         **_ignored: object,
     ) -> None:
         import torch
@@ -53,6 +54,10 @@ class HFBackend:
         if self.batch_size < 1:
             raise SpagInputError(f"--batch-size must be at least 1, got {self.batch_size}")
         self.max_length = context_budget(model_dir, max_length)
+        # Per game (cache key): the prompt ids of its last call and their keys/values,
+        # so that the next prompt of the game recomputes only what changed.
+        self.reuse_kv = bool(reuse_kv)
+        self._kv_store: dict[str, tuple[list[int], list[tuple]]] = {}
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
@@ -87,6 +92,7 @@ class HFBackend:
         top_p: float,
         greedy: bool,
         seed: int,
+        cache_keys: list[str] | None = None,
     ) -> list[Reply]:
         import torch
 
@@ -94,6 +100,8 @@ class HFBackend:
             return []
         if max_new_tokens < 1:
             raise SpagInputError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+        if cache_keys is not None and len(cache_keys) != len(prompts):
+            raise ValueError("cache_keys must give one key per prompt")
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
         sample = not greedy and temperature > 0
         # A generator of its own per call: same seed, same draws, global RNG untouched.
@@ -105,8 +113,10 @@ class HFBackend:
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
+                keys = [cache_keys[i] for i in idx] if cache_keys and self.reuse_kv else None
                 rows = self._decode(
                     [encoded[i][0] for i in idx],
+                    keys,
                     max_new_tokens=max_new_tokens,
                     temperature=float(temperature) if sample else 0.0,
                     top_p=float(top_p),
@@ -116,19 +126,25 @@ class HFBackend:
                     replies[i] = self._reply(tokens, encoded[i][1])
         return replies  # type: ignore[return-value]
 
+    def release(self, cache_keys: list[str]) -> None:
+        """Forget the stored keys/values of finished games."""
+        for key in cache_keys:
+            self._kv_store.pop(key, None)
+
     def _prefix_kv(self, prefix: list[int]) -> list[tuple]:
-        """Keys and values of a prompt prefix, computed once at batch size 1."""
+        """Keys and values (heads, tokens, dim) of a prompt prefix, computed at batch size 1."""
         import torch
         from transformers import DynamicCache
 
         cache = DynamicCache(config=self.model.config)
         ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
         self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return [(layer.keys, layer.values) for layer in cache.layers]
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
 
     def _decode(
         self,
         seqs: list[list[int]],
+        keys: list[str] | None,
         *,
         max_new_tokens: int,
         temperature: float,
@@ -137,11 +153,13 @@ class HFBackend:
     ) -> list[list[int]]:
         """Generate for one sub-batch; return each row's new tokens (EOS, then padding).
 
-        Layout per row: ``[shared prefix][padding][own suffix]``. The prefix that
-        all rows share (the game rules open every play prompt) is run once and
-        copied into a preallocated KV cache for all rows; the padding is masked out
-        and positions count real tokens only, so each row sees exactly its prompt.
-        The preallocated (static) cache avoids re-copying the cache at every step.
+        Layout per row: ``[pad][known part][pad][own part][new tokens]``. The known
+        part is a prompt prefix whose keys/values are already there: the same game's
+        previous prompt (history is append-only) or else the prefix that all rows
+        share (the game rules, computed once). Only the own part is run through the
+        model before decoding. Padding is masked out and positions count real
+        tokens only, so each row sees exactly its prompt. The cache is preallocated
+        (static): no re-copying at every step.
         """
         import torch
         from transformers import StaticCache
@@ -151,35 +169,82 @@ class HFBackend:
         first = seqs[0]
         shortest = min(len(s) for s in seqs)
         # The longest common prefix, leaving at least one own token per row.
-        prefix_len = 0
-        while prefix_len < shortest - 1 and all(s[prefix_len] == first[prefix_len] for s in seqs):
-            prefix_len += 1
-        width = max(len(s) for s in seqs)
-        total = width + max_new_tokens
-        ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, total), dtype=torch.long)
+        shared_len = 0
+        while shared_len < shortest - 1 and all(s[shared_len] == first[shared_len] for s in seqs):
+            shared_len += 1
+        known: list[tuple[int, list[tuple] | None]] = []
         for row, s in enumerate(seqs):
-            own = s[prefix_len:]
-            ids[row, :prefix_len] = torch.tensor(s[:prefix_len], dtype=torch.long)
-            ids[row, width - len(own) :] = torch.tensor(own, dtype=torch.long)
-            mask[row, :prefix_len] = 1
+            stored = self._kv_store.get(keys[row]) if keys else None
+            n = 0
+            if stored is not None:
+                old = stored[0]
+                limit = min(len(old), len(s) - 1)
+                while n < limit and old[n] == s[n]:
+                    n += 1
+            known.append((n, stored[1]) if n > shared_len else (shared_len, None))
+        shared = (
+            self._prefix_kv(first[:shared_len])
+            if any(kv is None and n for n, kv in known)
+            else None
+        )
+        known_w = max(n for n, _ in known)
+        own_w = max(len(s) - n for s, (n, _) in zip(seqs, known, strict=True))
+        width = known_w + own_w
+        total = width + max_new_tokens
+        ids = torch.full((batch, own_w), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, total), dtype=torch.long)
+        positions = torch.zeros((batch, own_w), dtype=torch.long)
+        for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
+            own = s[n:]
+            ids[row, own_w - len(own) :] = torch.tensor(own, dtype=torch.long)
+            positions[row, own_w - len(own) :] = torch.arange(n, len(s))
+            mask[row, known_w - n : known_w] = 1
             mask[row, width - len(own) : width] = 1
-        positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
         ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
 
         cache = StaticCache(config=self.model.config, max_cache_len=total)
-        if prefix_len:
-            shared = self._prefix_kv(first[:prefix_len])
-            for layer, (k, v) in zip(cache.layers, shared, strict=True):
-                layer.update(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1))
+        if known_w:
+            for layer_idx, layer in enumerate(cache.layers):
+                parts_k, parts_v = [], []
+                for n, kv in known:
+                    k, v = (kv if kv is not None else shared)[layer_idx]  # type: ignore[index]
+                    pad = known_w - n
+                    parts_k.append(torch.nn.functional.pad(k[:, :n], (0, 0, pad, 0)))
+                    parts_v.append(torch.nn.functional.pad(v[:, :n], (0, 0, pad, 0)))
+                layer.update(torch.stack(parts_k), torch.stack(parts_v))
         logits = self.model(
-            input_ids=ids[:, prefix_len:],
+            input_ids=ids,
             attention_mask=mask,
-            position_ids=positions[:, prefix_len:],
+            position_ids=positions,
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
+        if keys:
+            for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
+                own = len(s) - n
+                self._kv_store[keys[row]] = (
+                    list(s),
+                    [
+                        (
+                            torch.cat(
+                                (
+                                    layer.keys[row, :, known_w - n : known_w],
+                                    layer.keys[row, :, width - own : width],
+                                ),
+                                dim=1,
+                            ),
+                            torch.cat(
+                                (
+                                    layer.values[row, :, known_w - n : known_w],
+                                    layer.values[row, :, width - own : width],
+                                ),
+                                dim=1,
+                            ),
+                        )
+                        for layer in cache.layers
+                    ],
+                )
         next_pos = positions[:, -1] + 1
         eos = torch.tensor(self.eos_ids, device=dev)
         pad = torch.full((batch,), self.pad_id, dtype=torch.long, device=dev)

@@ -64,6 +64,8 @@ class VLLMBackend:
             gpu_memory_utilization=float(gpu_memory_utilization),
             max_model_len=self.max_length,
             seed=int(seed),
+            # Games re-send their growing history: shared prefixes are computed once.
+            enable_prefix_caching=True,
         )
         if batch_size:
             engine_opts["max_num_seqs"] = int(batch_size)
@@ -78,6 +80,7 @@ class VLLMBackend:
         top_p: float,
         greedy: bool,
         seed: int,
+        cache_keys: list[str] | None = None,
     ) -> list[Reply]:
         from vllm import SamplingParams
 
@@ -112,3 +115,6 @@ class VLLMBackend:
                 )
             )
         return replies
+
+    def release(self, cache_keys: list[str]) -> None:
+        """Nothing to do: vLLM's prefix cache evicts by itself."""
