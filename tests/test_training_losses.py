@@ -8,6 +8,7 @@ import pytest
 import torch
 from spag.training.losses import (
     IGNORE_INDEX,
+    first_needed_logit,
     offline_po_loss,
     sequence_logprobs,
     sft_with_kl_loss,
@@ -121,3 +122,9 @@ def test_at_reference_the_ratio_is_one():
         lp, lp.clone(), torch.ones(3), torch.ones(3), torch.tensor([False, False, True])
     )
     assert stats["ratio_min"].item() == 1.0 and stats["ratio_max"].item() == 1.0
+
+
+def test_first_needed_logit_is_before_the_earliest_target():
+    m = IGNORE_INDEX
+    labels = torch.tensor([[m, m, m, m, 7, 2], [m, m, 5, 6, 2, m], [m, m, m, 4, 2, m]])
+    assert first_needed_logit(labels) == 1  # row 1's first target (index 2) needs logit 1

@@ -90,7 +90,7 @@ def test_sft_kl_one_step_with_explicit_reference(scored, tiny_model_dir, tmp_pat
     assert rc == 0
     (row,) = _loss_rows(tmp_path / "loss.tsv")
     assert abs(float(row["ratio_max"]) - 1.0) <= 1e-5
-    assert float(row["n_sft"]) == 4 and float(row["n_game"]) == 0
+    assert float(row["n_sft"]) + float(row["n_game"]) == 4  # 2 samples x 2 micro-batches
 
 
 def test_scores_under_another_model_are_refused(scored, tiny_model_dir, tmp_path, capsys):
@@ -120,3 +120,42 @@ def test_bad_inputs_give_clear_errors(scored, tiny_model_dir, tmp_path, capsys):
                  "--output", str(tmp_path / "x.parquet")]) == 2  # fmt: skip
     assert "not a model folder" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_shipped_deepspeed_configs():
+    from spag.errors import SpagInputError
+    from spag.training.run import resolve_deepspeed
+
+    offload = json.loads(Path(resolve_deepspeed("zero3_offload")).read_text())
+    plain = json.loads(Path(resolve_deepspeed("zero3")).read_text())
+    for cfg in (offload, plain):
+        zero = cfg["zero_optimization"]
+        assert zero["stage"] == 3 and zero["stage3_gather_16bit_weights_on_model_save"] is True
+        assert cfg["train_micro_batch_size_per_gpu"] == "auto"
+        assert "scheduler" not in cfg  # the Trainer's cosine schedule applies
+    assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert offload["zero_optimization"]["offload_param"]["device"] == "cpu"
+    assert "offload_param" not in plain["zero_optimization"]
+    assert resolve_deepspeed("none") is None
+    with pytest.raises(SpagInputError, match="zero3_offload"):
+        resolve_deepspeed("zero2")
+
+
+def test_trimmed_logits_give_the_same_logprobs(tiny_model_dir):
+    import torch
+    from spag.training.collate import SampleCollator, encode_pairs, pad_token_id
+    from spag.training.scoring import load_model_and_tokenizer, model_sequence_logprobs
+
+    model, tok = load_model_and_tokenizer(tiny_model_dir)
+    rows = sample_rows(6, seed=9)
+    encoded, _ = encode_pairs(tok, [r["query"] for r in rows], [r["target"] for r in rows], 96)
+    feats = [
+        {"input_ids": ids, "target_start": start, "reward": 0.0, "weight": 1.0, "is_sft": False}
+        for ids, start in encoded
+    ]
+    batch = SampleCollator(pad_token_id(tok))(feats)
+    args = (batch["input_ids"], batch["attention_mask"], batch["labels"])
+    with torch.no_grad():
+        full = model_sequence_logprobs(model, *args, trim_logits=False)
+        trimmed = model_sequence_logprobs(model, *args, trim_logits=True)
+    assert torch.allclose(full, trimmed, atol=1e-5)

@@ -34,6 +34,12 @@ def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tenso
     return sums / counts
 
 
+def first_needed_logit(labels: torch.Tensor) -> int:
+    """Index of the earliest position whose logit any learned token needs (query logits are not)."""
+    learned = labels[:, 1:] != IGNORE_INDEX
+    return int(learned.to(torch.int8).argmax(dim=1).min())
+
+
 def _stats(lp: torch.Tensor, ref: torch.Tensor) -> dict[str, torch.Tensor]:
     diff = (lp - ref).detach()
     ratio = diff.exp()

@@ -9,6 +9,7 @@ the max_length and the dtype in its Parquet metadata; training refuses a mismatc
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import os
 import struct
@@ -108,6 +109,36 @@ def load_model_and_tokenizer(
     return model, tokenizer
 
 
+def _accepts_logits_to_keep(model) -> bool:
+    inner = getattr(model, "module", model)  # DeepSpeed / DDP wrappers
+    try:
+        return "logits_to_keep" in inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def model_sequence_logprobs(model, input_ids, attention_mask, labels, trim_logits: bool = True):
+    """Forward pass and sequence log-probs of the labelled (target) tokens.
+
+    With ``trim_logits`` the vocabulary projection runs only from the earliest position
+    whose logit a target token needs (``logits_to_keep``): query positions, most of a
+    game sample, get no logits, which saves time and the float32 copy of a
+    (batch x length x vocabulary) tensor. Right padding and length-grouped batches keep
+    the trimmed span close to the targets themselves.
+    """
+    from spag.training.losses import first_needed_logit, sequence_logprobs
+
+    kwargs = {}
+    if trim_logits and _accepts_logits_to_keep(model):
+        start = first_needed_logit(labels)
+        kwargs["logits_to_keep"] = labels.shape[1] - start
+        labels = labels[:, start:]
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs
+    ).logits
+    return sequence_logprobs(logits, labels)
+
+
 def score_features(
     model, features: list[dict], pad_id: int, batch_size: int, device
 ) -> list[float]:
@@ -118,7 +149,6 @@ def score_features(
     import torch
 
     from spag.training.collate import SampleCollator
-    from spag.training.losses import sequence_logprobs
 
     collate = SampleCollator(pad_id)
     order = sorted(range(len(features)), key=lambda i: -len(features[i]["input_ids"]))
@@ -128,12 +158,12 @@ def score_features(
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             batch = collate([features[i] for i in idx])
-            logits = model(
-                input_ids=batch["input_ids"].to(device),
-                attention_mask=batch["attention_mask"].to(device),
-                use_cache=False,
-            ).logits
-            lp = sequence_logprobs(logits, batch["labels"].to(device)).tolist()
+            lp = model_sequence_logprobs(
+                model,
+                batch["input_ids"].to(device),
+                batch["attention_mask"].to(device),
+                batch["labels"].to(device),
+            ).tolist()
             for i, v in zip(idx, lp, strict=True):
                 out[i] = v
     return out

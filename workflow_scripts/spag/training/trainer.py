@@ -17,7 +17,8 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from spag.training.collate import LengthGroupedSampler
-from spag.training.losses import offline_po_loss, sequence_logprobs, sft_with_kl_loss
+from spag.training.losses import offline_po_loss, sft_with_kl_loss
+from spag.training.scoring import model_sequence_logprobs
 
 METHODS = ("sft_kl", "offline_po")
 COMPLETE_MARKER = "spag_checkpoint_complete"
@@ -51,6 +52,7 @@ class SpagTrainer(Trainer):
         clip_eps: float = 0.2,
         group_by_length: bool = True,
         lengths: list[int] | None = None,
+        trim_logits: bool = True,
         **kwargs,
     ):
         if method not in METHODS:
@@ -62,6 +64,7 @@ class SpagTrainer(Trainer):
         self.clip_eps = clip_eps
         self.group_by_length = group_by_length
         self.lengths = lengths
+        self.trim_logits = trim_logits
         # Our loss is a per-micro-batch mean: let the Trainer divide it by the
         # accumulation steps, as for any loss that does not count tokens itself.
         self.model_accepts_loss_kwargs = False
@@ -81,10 +84,13 @@ class SpagTrainer(Trainer):
 
     # ---- loss ----
     def policy_logprobs(self, model, inputs) -> torch.Tensor:
-        logits = model(
-            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False
-        ).logits
-        return sequence_logprobs(logits, inputs["labels"])
+        return model_sequence_logprobs(
+            model,
+            inputs["input_ids"],
+            inputs["attention_mask"],
+            inputs["labels"],
+            trim_logits=self.trim_logits,
+        )
 
     def reference_logprobs(self, inputs) -> torch.Tensor:
         return inputs["ref_logprob"]
@@ -95,8 +101,10 @@ class SpagTrainer(Trainer):
         weight = inputs["weight"].to(lp.dtype)
         if self.method == "sft_kl":
             loss, stats = sft_with_kl_loss(lp, ref, weight, self.kl_coeff)
-            stats["n_sft"] = stats["count"]
-            stats["n_game"] = torch.zeros_like(stats["count"])
+            # Counted for the log only: imitation treats every row alike.
+            is_sft = inputs["is_sft"].bool()
+            stats["n_sft"] = is_sft.sum().to(torch.float32)
+            stats["n_game"] = (~is_sft).sum().to(torch.float32)
             stats["clipped"] = torch.zeros_like(stats["count"])
         else:
             loss, stats = offline_po_loss(
