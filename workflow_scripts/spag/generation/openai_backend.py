@@ -224,8 +224,12 @@ class OpenAIBackend:
         top_p: float,
         greedy: bool,
         seed: int,
+        cache_keys: list[str] | None = None,
     ) -> list[Reply]:
-        """One reply per prompt, in order; greedy decoding is temperature 0."""
+        """One reply per prompt, in order; greedy decoding is temperature 0.
+
+        ``cache_keys`` is accepted for the interface; the server keeps its own cache.
+        """
         if not prompts:
             return []
         temp = 0.0 if greedy else temperature
@@ -236,6 +240,9 @@ class OpenAIBackend:
 
         with ThreadPoolExecutor(max_workers=min(self.spec.workers, len(prompts))) as pool:
             return list(pool.map(one, range(len(prompts))))
+
+    def release(self, cache_keys: list[str]) -> None:
+        """Nothing is kept per game on this side."""
 
 
 def load_endpoint_backend(spec: str, **opts: Any) -> OpenAIBackend:
