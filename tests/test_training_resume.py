@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from spag.cli import main
 from spag.training.scoring import score_file
 from training_samples import sample_rows, write_samples
 
@@ -80,3 +81,20 @@ def test_killed_training_resumes_from_its_last_checkpoint(tiny_model_dir, tmp_pa
     with (out / "loss.tsv").open() as fh:
         steps = [int(r["step"]) for r in csv.DictReader(fh, delimiter="\t")]
     assert steps == list(range(1, MAX_STEPS + 1))  # each step logged once, none lost
+
+    # The same job never interrupted: optimizer, schedule and data order were restored,
+    # so the resumed steps reproduce its losses and learning rates.
+    plain = tmp_path / "plain"
+    assert main(_cmd(tiny_model_dir, scored, plain)[3:]) == 0
+    resumed_rows, plain_rows = _rows(out / "loss.tsv"), _rows(plain / "loss.tsv")
+    for a, b in zip(resumed_rows, plain_rows, strict=True):
+        for key in ("loss", "learning_rate", "ratio_mean"):
+            assert float(a[key]) == pytest.approx(float(b[key]), rel=1e-4, abs=1e-6), (
+                a["step"],
+                key,
+            )
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
