@@ -24,6 +24,7 @@ include: "rules/imitation.smk"
 include: "rules/selfplay.smk"
 include: "rules/spag.smk"
 include: "rules/evaluate.smk"
+include: "rules/report.smk"
 
 
 report: "report/workflow.rst"
@@ -33,6 +34,7 @@ rule all:
     default_target: True
     input:
         epoch_targets(EPOCHS),
+        REPORT_TARGETS,
 
 
 rule imitation:
