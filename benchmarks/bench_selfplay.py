@@ -135,24 +135,32 @@ def main(argv: list[str] | None = None) -> int:
             temperature=args.temperature,
             seed=n,
         )
-        t0, c0 = time.perf_counter(), time.process_time()
-        games = play_games(selfplay_specs(words, 0, 0), {POLICY: backend}, prompts, settings)
-        batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
-        batched_tokens = sum(sum(g.message_tokens) for g in games)
-
         base_words = words[: args.baseline_games] if args.baseline_games else words
-        t0, c0 = time.perf_counter(), time.process_time()
-        base_tokens = one_by_one(
-            model,
-            tokenizer,
-            base_words,
-            prompts,
-            args.max_turns,
-            args.max_new_tokens,
-            args.temperature,
-            seed=n,
-        )
-        base_s, base_cpu = time.perf_counter() - t0, time.process_time() - c0
+        # One-by-one games in two halves around the batched run, so that a change in
+        # the machine's load during the row weighs on both sides alike.
+        half = len(base_words) // 2
+        base_tokens, base_s, base_cpu = 0, 0.0, 0.0
+        for i, part in enumerate((base_words[:half], base_words[half:])):
+            if i == 1:
+                t0, c0 = time.perf_counter(), time.process_time()
+                games = play_games(
+                    selfplay_specs(words, 0, 0), {POLICY: backend}, prompts, settings
+                )
+                batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
+                batched_tokens = sum(sum(g.message_tokens) for g in games)
+            t0, c0 = time.perf_counter(), time.process_time()
+            base_tokens += one_by_one(
+                model,
+                tokenizer,
+                part,
+                prompts,
+                args.max_turns,
+                args.max_new_tokens,
+                args.temperature,
+                seed=n + i,
+            )
+            base_s += time.perf_counter() - t0
+            base_cpu += time.process_time() - c0
         row = {
             "games": n,
             "batched_tokens": batched_tokens,
@@ -219,7 +227,9 @@ def markdown(meta: dict, rows: list[dict]) -> str:
         "`batched`: the `hf` backend game loop of `spag play` (all games of the shard advance "
         "together, finished games leave the batch). `one-by-one`: one game at a time, "
         "`model.generate` at batch size 1 (the research code's loop). Same words, prompts, "
-        "stopping rules and sampling.",
+        "stopping rules and sampling. The one-by-one games of a row run in two halves, before "
+        "and after the batched run; a one-by-one game does not depend on the shard size, so "
+        "the largest row plays only its first games one by one (count in brackets).",
         "",
         "Wall-clock rates are the goal's measure; on a shared machine they move with the "
         "load of other processes (load average in the last column), so the rates per CPU-second "

@@ -244,9 +244,9 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     for reuse in (True, False):
         b = HFBackend(tiny_model_dir, batch_size=2, reuse_kv=reuse)
         for greedy in (True, False):
-            settings = PlaySettings(max_turns=3, max_new_tokens=6, greedy=greedy, seed=4)
+            settings = PlaySettings(max_turns=2, max_new_tokens=4, greedy=greedy, seed=4)
             games = play_games(specs, {POLICY: b}, prompts, settings)
             histories.append([g.history for g in games])
-        assert b._kv_store == {}  # finished games are forgotten
+        assert b._kv_store == {} and b._kv_stored_bytes == 0  # finished games forgotten
     assert histories[0] == histories[2]
     assert histories[1] == histories[3]

@@ -42,6 +42,7 @@ class HFBackend:
         trust_remote_code: bool = False,
         device: str | None = None,
         reuse_kv: bool = True,
+        reuse_kv_bytes: int = 2 * 1024**3,
         **_ignored: object,
     ) -> None:
         import torch
@@ -58,6 +59,9 @@ class HFBackend:
         # so that the next prompt of the game recomputes only what changed.
         self.reuse_kv = bool(reuse_kv)
         self._kv_store: dict[str, tuple[list[int], list[tuple]]] = {}
+        # Kept keys/values stay under this many bytes (a large model keeps few or none).
+        self.reuse_kv_bytes = int(reuse_kv_bytes)
+        self._kv_stored_bytes = 0
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
@@ -129,7 +133,9 @@ class HFBackend:
     def release(self, cache_keys: list[str]) -> None:
         """Forget the stored keys/values of finished games."""
         for key in cache_keys:
-            self._kv_store.pop(key, None)
+            entry = self._kv_store.pop(key, None)
+            if entry is not None:
+                self._kv_stored_bytes -= _nbytes(entry[1])
 
     def _prefix_kv(self, prefix: list[int]) -> list[tuple]:
         """Keys and values (heads, tokens, dim) of a prompt prefix, computed at batch size 1."""
@@ -221,8 +227,15 @@ class HFBackend:
             logits_to_keep=1,
         ).logits[:, -1, :]
         if keys:
+            self.release(keys)
+            per_token = _nbytes(
+                [(layer.keys[0, :, :1], layer.values[0, :, :1]) for layer in cache.layers]
+            )
             for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
                 own = len(s) - n
+                if self._kv_stored_bytes + per_token * len(s) > self.reuse_kv_bytes:
+                    continue
+                self._kv_stored_bytes += per_token * len(s)
                 self._kv_store[keys[row]] = (
                     list(s),
                     [
@@ -298,3 +311,7 @@ class HFBackend:
         return Reply(
             text=text, num_tokens=num, finished_by_eos=by_eos, prompt_truncated=prompt_truncated
         )
+
+
+def _nbytes(kv: list[tuple]) -> int:
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
