@@ -63,6 +63,7 @@ def test_offline_po_trains_and_writes_a_loadable_model(scored, tiny_model_dir, t
         assert (out / name).is_file(), name
     assert (out / "tokenizer.json").read_bytes() == (tiny_model_dir / "tokenizer.json").read_bytes()
     model = AutoModelForCausalLM.from_pretrained(out, use_safetensors=True)
+    assert model.config.use_cache is True  # the saved model generates with its KV cache
     tok = AutoTokenizer.from_pretrained(out)
     assert model.get_input_embeddings().weight.shape[0] == len(tok)  # vocabulary not resized
     assert model_identity(out) != model_identity(tiny_model_dir)  # the weights moved

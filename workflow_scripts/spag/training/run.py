@@ -365,6 +365,8 @@ def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None
         final.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
     _barrier()
+    # Training turned the KV cache off; the saved model generates, so turn it back on.
+    trainer.model.config.use_cache = True
     # Every rank takes part (ZeRO-3 gathers the 16-bit weights); the main one writes.
     trainer.save_model(str(tmp))
     _barrier()
