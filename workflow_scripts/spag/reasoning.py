@@ -44,22 +44,28 @@ def check_model_folder(path: str | os.PathLike) -> Path:
     return check_model_dir(path)
 
 
-def task_manager(include_path: str | os.PathLike | None):
-    """An lm-eval ``TaskManager`` that also knows the local tasks under ``include_path``."""
+def task_manager(include_path: str | os.PathLike | None, tasks: Sequence[str] = ()):
+    """An lm-eval ``TaskManager`` that also knows the local tasks under ``include_path``.
+
+    When every task asked for is a local one, lm-eval's own task files are not indexed.
+    """
     if include_path is not None:
         p = Path(include_path)
         if not p.is_dir():
             raise SpagInputError(f"--include-path {p}: no such folder of lm-eval task YAML files")
+        local = _task_manager(str(p.resolve()), include_defaults=False)
+        if tasks and set(tasks) <= set(local.all_tasks):
+            return local
         return _task_manager(str(p.resolve()))
     return _task_manager(None)
 
 
 @functools.lru_cache(maxsize=4)
-def _task_manager(include_path: str | None):
+def _task_manager(include_path: str | None, include_defaults: bool = True):
     # Indexing lm-eval's thousands of task files takes seconds: once per process.
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=include_path) if include_path else TaskManager()
+    return TaskManager(include_path=include_path, include_defaults=include_defaults)
 
 
 def check_tasks(tasks: Sequence[str], manager: Any) -> None:
@@ -166,7 +172,7 @@ def evaluate_model(
         raise SpagInputError(f"--limit must be positive, got {limit}")
     if num_fewshot is not None and num_fewshot < 0:
         raise SpagInputError(f"--num-fewshot must be >= 0, got {num_fewshot}")
-    manager = task_manager(include_path)
+    manager = task_manager(include_path, tasks)
     check_tasks(tasks, manager)
     if device is None:
         import torch
