@@ -54,6 +54,7 @@ IMITATION_SCORED = result("imitation", "scored.parquet")
 IMITATION_MODEL = result("imitation", "model")
 IMITATION_LOSS = result("imitation", "loss.tsv")
 SHARD = epoch_path("selfplay", "shard_{shard}.parquet")
+SHARD_BENCHMARK = bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
 EPISODES = epoch_path("episodes.parquet")
 OUTCOMES = epoch_path("outcomes.tsv")
 SAMPLES = epoch_path("samples.parquet")
@@ -107,6 +108,11 @@ def shards_of_epoch(wildcards):
     return expand(
         SHARD, epoch=wildcards.epoch, shard=map(shard_name, range(NUM_SHARDS))
     )
+
+
+def shard_benchmarks_of_epoch(wildcards):
+    shards = map(shard_name, range(NUM_SHARDS))
+    return expand(SHARD_BENCHMARK, epoch=wildcards.epoch, shard=shards)
 
 
 def epoch_targets(epoch):

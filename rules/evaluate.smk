@@ -83,6 +83,7 @@ rule epoch_summary:
         eval_games=EVAL_TABLE,
         reasoning=REASONING.replace("{model}", "epoch{epoch}"),
         shards=shards_of_epoch,
+        shard_benchmarks=shard_benchmarks_of_epoch,
     output:
         EPOCH_SUMMARY,
     log:
@@ -96,5 +97,6 @@ rule epoch_summary:
     shell:
         "spag summarize --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --eval-games {input.eval_games:q}"
-        " --reasoning {input.reasoning:q} --selfplay {input.shards:q} --output {output:q}"
+        " --reasoning {input.reasoning:q} --selfplay {input.shards:q}"
+        " --selfplay-benchmarks {input.shard_benchmarks:q} --output {output:q}"
         " > {log:q} 2>&1"

@@ -11,7 +11,7 @@ rule selfplay:
     log:
         log_path("epoch{epoch}", "selfplay", "shard_{shard}.log"),
     benchmark:
-        bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
+        SHARD_BENCHMARK
     conda:
         "../envs/vllm.yaml"
         if config["selfplay"]["backend"] == "vllm"
