@@ -135,6 +135,41 @@ def epoch_targets(epoch):
     return targets
 
 
+def run_benchmarks(wildcards):
+    """Benchmark files of every step of the run (the rules' own paths), for the runtime plot."""
+    once = (
+        "target_words",
+        "base_model",
+        "sft_data",
+        "imitation_samples",
+        "score_imitation",
+        "train_imitation",
+    )
+    per_epoch = (
+        "selfplay",
+        "merge_episodes",
+        "assign_rewards",
+        "score_ref",
+        "train_spag",
+        "eval_play",
+        "eval_games",
+    )
+    files = []
+    for name in (*once, *per_epoch, "eval_reasoning"):
+        if not hasattr(rules, name):
+            continue
+        pattern = getattr(rules, name).benchmark
+        if pattern:
+            files += expand(
+                str(pattern),
+                epoch=range(1, EPOCHS + 1),
+                shard=map(shard_name, range(NUM_SHARDS)),
+                model=REASONING_MODELS,
+                allow_missing=True,
+            )
+    return list(dict.fromkeys(files))
+
+
 # ---------------------------------------------------------------- resources
 def _grow(base):
     # A job that failed for time or memory gets more at its next attempt.

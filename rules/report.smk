@@ -28,41 +28,6 @@ REPORT_TARGETS = [
 ]
 
 
-def run_benchmarks(wildcards):
-    """Benchmark files of every step of the run (the rules' own paths), for the runtime plot."""
-    once = (
-        "target_words",
-        "base_model",
-        "sft_data",
-        "imitation_samples",
-        "score_imitation",
-        "train_imitation",
-    )
-    per_epoch = (
-        "selfplay",
-        "merge_episodes",
-        "assign_rewards",
-        "score_ref",
-        "train_spag",
-        "eval_play",
-        "eval_games",
-    )
-    files = []
-    for name in (*once, *per_epoch, "eval_reasoning"):
-        if not hasattr(rules, name):
-            continue
-        pattern = getattr(rules, name).benchmark
-        if pattern:
-            files += expand(
-                str(pattern),
-                epoch=range(1, EPOCHS + 1),
-                shard=map(shard_name, range(NUM_SHARDS)),
-                model=REASONING_MODELS,
-                allow_missing=True,
-            )
-    return list(dict.fromkeys(files))
-
-
 rule summary_tables:
     input:
         epochs=expand(EPOCH_SUMMARY, epoch=range(1, EPOCHS + 1)),
@@ -120,7 +85,7 @@ rule plots:
     resources:
         **job_resources("cpu"),
     params:
-        outdir=PLOTS_DIR,
+        outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
         "spag plots --output-dir {params.outdir:q} --summary {input.summary:q}"
         " --reasoning {input.reasoning:q} --samples {input.samples:q} --loss {input.loss:q}"
@@ -151,7 +116,7 @@ rule epoch_plots:
     resources:
         **job_resources("cpu"),
     params:
-        outdir=str(Path(PLOTS_DIR, "epoch{epoch}")),
+        outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
         "spag plots --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --episodes {input.episodes:q}"
