@@ -212,6 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+NOTE = """
+How the batched loop gets there: every unfinished game of the shard is one row
+of a batch; the game rules that open every play prompt are computed once per
+sub-batch; each game keeps its prompt's keys/values from its previous turn, so
+a turn recomputes only the new message and the instruction; the KV cache is
+preallocated. The one-by-one loop pays, per token, the per-step overhead of
+`generate` and, per message, the whole prompt again. The speed-up grows with
+the games per shard because the per-step overhead is shared by more rows.
+"""
+
+
 def markdown(meta: dict, rows: list[dict]) -> str:
     s = meta["settings"]
     lines = [
@@ -251,6 +262,8 @@ def markdown(meta: dict, rows: list[dict]) -> str:
             f"{r['load_average']} |"
         )
     lines += [
+        "",
+        *NOTE.strip("\n").splitlines(),
         "",
         "Raw numbers (tokens, seconds) are in `selfplay.json` beside this file.",
         "",
