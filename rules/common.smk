@@ -91,8 +91,16 @@ def current_model(wildcards):
 
 
 def opponent_model(wildcards):
+    """The opponent's model folder (an input); none for an OpenAI-compatible endpoint."""
     opponent = config["evaluation"]["opponent"]
-    return IMITATION_MODEL if opponent == "imitation" else opponent
+    if opponent == "imitation":
+        return IMITATION_MODEL
+    return [] if opponent.startswith("openai:") else opponent
+
+
+def opponent_arg(wildcards, input):
+    # A folder comes from the rule's input; an endpoint spec is passed as it is.
+    return input.opponent if input.opponent else config["evaluation"]["opponent"]
 
 
 def named_model(wildcards):
@@ -191,6 +199,13 @@ def job_resources(kind):
         if r[key]:
             res[key] = r[key]
     return res
+
+
+def backend_env():
+    # vLLM has its own conda environment; the transformers backend shares training's.
+    if config["selfplay"]["backend"] == "vllm":
+        return "../envs/vllm.yaml"
+    return "../envs/train.yaml"
 
 
 def job_threads(kind):

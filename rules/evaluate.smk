@@ -15,18 +15,19 @@ rule eval_play:
     benchmark:
         bench_path("epoch{epoch}", "eval_play.tsv")
     conda:
-        "../envs/train.yaml"
+        backend_env()
     threads: job_threads("evaluate")
     resources:
         **job_resources("evaluate"),
     params:
         seed=config["seed"],
+        opponent=opponent_arg,
         args=eval_play_args(),
     shell:
-        "spag play --model {input.model:q} --opponent {input.opponent:q}"
+        "spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch {wildcards.epoch} --seed {params.seed} --model-name epoch{wildcards.epoch}"
-        " --opponent-name opponent {params.args} > {log:q} 2>&1"
+        " --opponent-name opponent --threads {threads} {params.args} > {log:q} 2>&1"
 
 
 rule eval_games:

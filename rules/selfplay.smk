@@ -13,9 +13,7 @@ rule selfplay:
     benchmark:
         SHARD_BENCHMARK
     conda:
-        "../envs/vllm.yaml"
-        if config["selfplay"]["backend"] == "vllm"
-        else "../envs/train.yaml"
+        backend_env()
     threads: job_threads("selfplay")
     resources:
         **job_resources("selfplay"),
@@ -27,7 +25,8 @@ rule selfplay:
     shell:
         "spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
         " --output {output:q} --shard-index {params.shard} --num-shards {params.num_shards}"
-        " --epoch {wildcards.epoch} --seed {params.seed} {params.args} > {log:q} 2>&1"
+        " --epoch {wildcards.epoch} --seed {params.seed} --threads {threads} {params.args}"
+        " > {log:q} 2>&1"
 
 
 rule merge_episodes:

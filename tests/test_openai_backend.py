@@ -204,3 +204,25 @@ def test_plays_games_as_the_opponent(endpoint):
             if msg["role"] == opponent_role:
                 assert msg["content"].startswith("reply to")
     assert len(endpoint.requests) == 8
+
+
+def test_spag_play_uses_an_endpoint_opponent(endpoint, tiny_model_dir, tmp_path):
+    """`spag play --opponent openai:...` plays the local model against the endpoint."""
+    import pyarrow.parquet as pq
+    from spag.cli import main
+
+    words = tmp_path / "words.txt"
+    words.write_text("apple\nriver\n")
+    out = tmp_path / "eval.parquet"
+    rc = main(
+        ["play", "--model", str(tiny_model_dir), "--opponent", endpoint.spec(),
+         "--words", str(words), "--output", str(out), "--max-turns", "1",
+         "--max-new-tokens", "4", "--no-progress"]
+    )  # fmt: skip
+    assert rc == 0
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == 4
+    opponents = {r["attacker_model"] if r["policy_role"] == "defender" else r["defender_model"]
+                 for r in rows}  # fmt: skip
+    assert opponents == {parse_spec(endpoint.spec()).model}
+    assert len(endpoint.requests) == 4

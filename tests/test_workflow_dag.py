@@ -116,3 +116,10 @@ def test_user_word_list_with_bad_word_fails_in_its_own_job(tmp_path):
     log = (wd / "results/logs/target_words.log").read_text()
     assert "words.txt:5" in log and "$(reboot)" in log
     assert not (wd / "results/words/train.txt").exists()
+
+
+def test_endpoint_opponent_is_passed_through_not_an_input(workdir):
+    spec = "openai:http://127.0.0.1:9/v1?model=gpt-4"
+    res = snakemake(workdir, "spag_epoch1", "-n", config={"evaluation": {"opponent": spec}})
+    assert res.returncode == 0, res.stderr
+    assert f"--opponent '{spec}'" in res.stdout

@@ -28,7 +28,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="model folder (Hugging Face checkpoint)")
     p.add_argument("--words", required=True, help="target words, one a line")
     p.add_argument("--output", required=True, help="shard Parquet file to write")
-    p.add_argument("--opponent", help="opponent model folder: play evaluation games against it")
+    p.add_argument(
+        "--opponent",
+        help="opponent model folder, or an OpenAI-compatible endpoint "
+        "'openai:http://host:port/v1?model=NAME': play evaluation games against it",
+    )
     p.add_argument("--shard-index", type=int, default=0, help="this job's shard (default 0)")
     p.add_argument("--num-shards", type=int, default=1, help="number of shards (default 1)")
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf", help="default hf")
@@ -197,9 +201,13 @@ def run(args: argparse.Namespace) -> int:
         specs = evaluation_specs(words, args.epoch, args.shard_index)
     else:
         specs = selfplay_specs(words, args.epoch, args.shard_index, args.games_per_word)
+    from spag.generation.openai_backend import is_endpoint_spec, load_endpoint_backend, parse_spec
+
+    endpoint = is_endpoint_spec(args.opponent)
     names = {POLICY: args.model_name or default_model_name(args.model)}
     if args.opponent:
-        names[OPPONENT] = args.opponent_name or default_model_name(args.opponent)
+        default = parse_spec(args.opponent).model if endpoint else default_model_name(args.opponent)
+        names[OPPONENT] = args.opponent_name or default
     log.info(
         "shard %d/%d: %d words, %d games, seed %d, backend %s, %s",
         args.shard_index,
@@ -229,7 +237,10 @@ def run(args: argparse.Namespace) -> int:
             seed=seed,
         )
         backends[POLICY] = load_backend(args.backend, args.model, **opts)
-        if args.opponent:
+        if endpoint:
+            # An OpenAI-compatible server (e.g. the paper's GPT-4 games) as the fixed opponent.
+            backends[OPPONENT] = load_endpoint_backend(args.opponent)
+        elif args.opponent:
             same = Path(args.opponent).resolve() == Path(args.model).resolve()
             backends[OPPONENT] = (
                 backends[POLICY] if same else load_backend(args.backend, args.opponent, **opts)
