@@ -15,7 +15,6 @@ import yaml
 
 from spag.errors import SpagInputError
 
-
 # Paper-scale defaults that differ between imitation (SFTwithKL) and SPAG (OfflinePO).
 STAGE_DEFAULTS = {
     "imitation": {"learning_rate": 5e-6, "kl_coeff": 0.1},
