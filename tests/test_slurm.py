@@ -485,7 +485,7 @@ def test_nothing_left_after_the_rerun(rerun, workdir, cluster):
 
 
 @pytest.mark.slurm
-def test_multinode_launcher_runs_in_an_allocation(tmp_path):
+def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
     """The srun + torchrun prefix, rendezvous on the first node, in a real SLURM job.
 
     One node here, so one torchrun: its two ranks meet through the c10d rendezvous.
