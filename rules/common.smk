@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from spag.config import validate_config
-from spag.launch import torchrun_prefix
+from spag.launch import multinode_resources, torchrun_prefix
 
 validate_config(config, source="config")
 
@@ -190,11 +190,15 @@ def job_resources(kind):
     res = {
         "mem_mb": _grow(r["mem_mb"]),
         "runtime": _grow(r["runtime"]),
+        # The SLURM plugin takes CPUs from here; `threads` alone is capped by the
+        # workflow profile's `cores`, which a cluster profile cannot override.
+        "cpus_per_task": r["cpus"],
     }
-    if r["gpus"] > 0:
-        res["gpu"] = r["gpus"]
     if r["nodes"] > 1:
-        res["nodes"] = r["nodes"]
+        # GPUs per node as gres, one srun task per node (see spag.launch).
+        res.update(multinode_resources(r["gpus"], r["nodes"]))
+    elif r["gpus"] > 0:
+        res["gpu"] = r["gpus"]
     for key in ("slurm_partition", "slurm_account", "slurm_extra"):
         if r[key]:
             res[key] = r[key]

@@ -123,3 +123,18 @@ def test_endpoint_opponent_is_passed_through_not_an_input(workdir):
     res = snakemake(workdir, "spag_epoch1", "-n", config={"evaluation": {"opponent": spec}})
     assert res.returncode == 0, res.stderr
     assert f"--opponent '{spec}'" in res.stdout
+
+
+def test_multi_node_training_launches_srun_torchrun(workdir):
+    res = snakemake(
+        workdir,
+        "spag_epoch1",
+        "-n",
+        "-p",
+        config={"resources": {"train": {"gpus": 4, "nodes": 2, "cpus": 16}}},
+    )
+    assert res.returncode == 0, res.stderr
+    train = next(line for line in res.stdout.splitlines() if "spag train --method sft_kl" in line)
+    assert "srun --nodes 2" in train and "--nproc_per_node 4" in train
+    assert "--rdzv_backend c10d" in train
+    assert "gres=gpu:4" in res.stdout and "cpus_per_task=16" in res.stdout
