@@ -3,6 +3,7 @@
 
 import os
 import shlex
+import sys
 from pathlib import Path
 
 from spag.config import validate_config
@@ -15,6 +16,12 @@ if config["offline"]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+# Jobs call the `spag` installed beside this Snakemake (e.g. `.venv/bin/snakemake`
+# run without activating the environment).
+_bindir = Path(sys.executable).parent
+if (_bindir / "spag").exists():
+    os.environ.update(PATH=os.pathsep.join([str(_bindir), os.environ.get("PATH", "")]))
 
 EPOCHS = config["epochs"]
 NUM_SHARDS = config["selfplay"]["num_shards"]
