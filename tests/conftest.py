@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
+
+# The commands installed beside this Python (spag, torchrun, snakemake) are found even
+# when the environment is not activated (`.venv/bin/python -m pytest`).
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 
 # Nothing in the tests may wait on the hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
