@@ -12,7 +12,7 @@ import pytest
 from spag.cli import main
 from spag.errors import SpagInputError
 from spag.plots import EPOCH_PLOTS, RUN_PLOTS, benchmark_step, source_name
-from test_summarize import make_epoch_files, reasoning_json
+from test_summarize import make_epoch_files, reasoning_json, summarize_argv
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -27,32 +27,7 @@ def run_tables(tmp_path):
     for e in (1, 2):
         files = make_epoch_files(tmp_path, e, {"task_a": 0.3 + 0.1 * e, "task_b": 0.7})
         out = tmp_path / f"epoch{e}" / "summary.tsv"
-        assert (
-            main(
-                [
-                    "summarize",
-                    "--epoch",
-                    str(e),
-                    "--outcomes",
-                    str(files["outcomes"]),
-                    "--samples",
-                    str(files["samples"]),
-                    "--loss",
-                    str(files["loss"]),
-                    "--eval-games",
-                    str(files["eval_games"]),
-                    "--reasoning",
-                    str(files["reasoning"]),
-                    "--selfplay",
-                    *map(str, files["selfplay"]),
-                    "--selfplay-benchmarks",
-                    *map(str, files["selfplay_benchmarks"]),
-                    "--output",
-                    str(out),
-                ]
-            )
-            == 0
-        )
+        assert main(summarize_argv(e, files, out, benchmarks=True)) == 0
         summaries.append(out)
         reasoning.append(files["reasoning"])
     reasoning.append(

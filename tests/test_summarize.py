@@ -162,6 +162,17 @@ def make_epoch_files(root: Path, epoch: int, scores: dict[str, float] | None = N
     return files
 
 
+def summarize_argv(epoch: int, files: dict, out: Path, benchmarks: bool = False) -> list[str]:
+    """The `spag summarize` command line of one epoch over ``make_epoch_files`` output."""
+    argv = ["summarize", "--epoch", str(epoch)]
+    for key in ("outcomes", "samples", "loss", "eval_games", "reasoning"):
+        argv += [f"--{key.replace('_', '-')}", str(files[key])]
+    argv += ["--selfplay", *map(str, files["selfplay"])]
+    if benchmarks:
+        argv += ["--selfplay-benchmarks", *map(str, files["selfplay_benchmarks"])]
+    return [*argv, "--output", str(out)]
+
+
 def test_epoch_summary_row(tmp_path):
     files = make_epoch_files(tmp_path, 1)
     row = epoch_summary(1, **files)
@@ -195,25 +206,7 @@ def test_epoch_summary_row(tmp_path):
 def test_summarize_cli_writes_one_row(tmp_path):
     files = make_epoch_files(tmp_path, 2)
     out = tmp_path / "summary.tsv"
-    argv = [
-        "summarize",
-        "--epoch",
-        "2",
-        "--outcomes",
-        str(files["outcomes"]),
-        "--samples",
-        str(files["samples"]),
-        "--loss",
-        str(files["loss"]),
-        "--eval-games",
-        str(files["eval_games"]),
-        "--reasoning",
-        str(files["reasoning"]),
-        "--selfplay",
-        *map(str, files["selfplay"]),
-        "--output",
-        str(out),
-    ]
+    argv = summarize_argv(2, files, out)
     assert main(argv) == 0
     df = pd.read_csv(out, sep="\t")
     assert len(df) == 1
@@ -303,30 +296,7 @@ def test_collect_epochs_and_reasoning(tmp_path):
     for e in (2, 1):
         files = make_epoch_files(tmp_path, e, {"task_a": 0.4 + 0.1 * e, "task_b": 0.9})
         p = tmp_path / f"epoch{e}" / "summary.tsv"
-        assert (
-            main(
-                [
-                    "summarize",
-                    "--epoch",
-                    str(e),
-                    "--outcomes",
-                    str(files["outcomes"]),
-                    "--samples",
-                    str(files["samples"]),
-                    "--loss",
-                    str(files["loss"]),
-                    "--eval-games",
-                    str(files["eval_games"]),
-                    "--reasoning",
-                    str(files["reasoning"]),
-                    "--selfplay",
-                    *map(str, files["selfplay"]),
-                    "--output",
-                    str(p),
-                ]
-            )
-            == 0
-        )
+        assert main(summarize_argv(e, files, p)) == 0
         summaries.append(p)
     df = collect_epochs(summaries)
     assert df["epoch"].tolist() == [1, 2]
