@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pyarrow as pa
@@ -130,6 +131,133 @@ def test_sampler_keeps_batch_boundaries_with_a_short_last_batch():
     assert len(batches[-1]) == 2
     for b in batches:  # each batch comes from one sorted group: spread smaller than a group's
         assert max(lengths[i] for i in b) - min(lengths[i] for i in b) <= 5
+
+
+def _typed_set(n: int = 1200, seed: int = 3) -> tuple[list[int], list[bool]]:
+    """1/3 short SFT rows and 2/3 long game rows, in random positions."""
+    rng = random.Random(seed)
+    is_sft = [i % 3 == 0 for i in range(n)]
+    rng.shuffle(is_sft)
+    lengths = [rng.randint(20, 120) if s else rng.randint(300, 900) for s in is_sft]
+    return lengths, is_sft
+
+
+def _batches(order: list[int], batch_size: int) -> list[list[int]]:
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def _sft_counts(order: list[int], is_sft: list[bool], batch_size: int) -> list[int]:
+    return [sum(is_sft[i] for i in b) for b in _batches(order, batch_size)]
+
+
+def _mean_weights(order: list[int], is_sft: list[bool], batch_size: int) -> tuple[float, float]:
+    """Mean over SFT (game) samples of the share 1/n_sft (1/n_game) a sample gets in its batch.
+
+    The SPAG loss divides each term by its count in the batch, so this is a sample's
+    weight in its term (before the coefficient a and the sample's own weight).
+    """
+    sft, game = [], []
+    for b in _batches(order, batch_size):
+        n_sft = sum(is_sft[i] for i in b)
+        for i in b:
+            (sft if is_sft[i] else game).append(1.0 / (n_sft if is_sft[i] else len(b) - n_sft))
+    return sum(sft) / len(sft), sum(game) / len(game)
+
+
+def _hypergeom(total: int, good: int, draws: int) -> list[float]:
+    """P(k good) among ``draws`` drawn without replacement, k = 0..draws."""
+    c = math.comb
+    return [c(good, k) * c(total - good, draws - k) / c(total, draws) for k in range(draws + 1)]
+
+
+def _random_batching_weights(n: int, n_sft: int, batch_size: int) -> tuple[float, float]:
+    """Exact expected 1/n_sft (1/n_game) of a sample's batch when batches are drawn at random."""
+    # The other batch_size - 1 members are drawn from the n - 1 other samples.
+    p_sft = _hypergeom(n - 1, n_sft - 1, batch_size - 1)
+    p_game = _hypergeom(n - 1, n - n_sft - 1, batch_size - 1)
+    return (
+        sum(p / (1 + k) for k, p in enumerate(p_sft)),
+        sum(p / (1 + k) for k, p in enumerate(p_game)),
+    )
+
+
+@pytest.mark.parametrize("batch_size", [2, 8])
+def test_typed_sampler_gives_sft_and_game_their_random_batching_weights(batch_size):
+    # Length grouping alone would put the short SFT rows together and the long game rows
+    # together (all-SFT or all-game batches), changing each term's per-sample weight.
+    lengths, is_sft = _typed_set()
+    n, n_sft = len(lengths), sum(is_sft)
+    want_sft, want_game = _random_batching_weights(n, n_sft, batch_size)
+    sampler = LengthGroupedSampler(lengths, batch_size, seed=11, is_sft=is_sft)
+    got = []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        got.append(_mean_weights(sampler.order(), is_sft, batch_size))
+    got_sft = sum(w for w, _ in got) / len(got)
+    got_game = sum(w for _, w in got) / len(got)
+    # Over 4 epochs, random batching itself strays up to about 2% from these values here.
+    assert got_sft == pytest.approx(want_sft, rel=0.05)
+    assert got_game == pytest.approx(want_game, rel=0.05)
+    assert got_sft / got_game == pytest.approx(want_sft / want_game, rel=0.05)
+
+
+def test_typed_sampler_batches_hold_the_random_batching_mix():
+    lengths, is_sft = _typed_set()
+    n, n_sft, batch_size = len(lengths), sum(is_sft), 8
+    sampler = LengthGroupedSampler(lengths, batch_size, seed=5, is_sft=is_sft)
+    counts = []
+    for epoch in range(4):
+        sampler.set_epoch(epoch)
+        counts.extend(_sft_counts(sampler.order(), is_sft, batch_size))
+    # The SFT count of a random batch of 8 is hypergeometric (mean 8/3): its histogram
+    # over our batches is within 0.1 of that law in total variation (length grouping
+    # alone gives about 0.95: nearly every batch is all-SFT or all-game).
+    want = _hypergeom(n, n_sft, batch_size)
+    got = [counts.count(k) / len(counts) for k in range(batch_size + 1)]
+    assert 0.5 * sum(abs(a - b) for a, b in zip(got, want, strict=True)) <= 0.10
+    # And so the share of SFT rows per batch stays near the overall third: at least
+    # 80% of batches hold 1 to 4 SFT rows of 8 (a random batch does with p = 0.87;
+    # length grouping alone, about 1%).
+    assert sum(1 <= c <= 4 for c in counts) / len(counts) >= 0.80
+    assert sum(counts) / len(counts) == pytest.approx(batch_size * n_sft / n)
+
+
+def test_typed_sampler_is_a_seeded_permutation_and_groups_each_type_by_length():
+    lengths, is_sft = _typed_set(n=1003)  # a short last batch too
+    batch_size = 8
+    sampler = LengthGroupedSampler(lengths, batch_size, seed=7, is_sft=is_sft)
+    order = list(sampler)
+    assert sorted(order) == list(range(len(lengths)))  # every index exactly once
+    assert list(sampler) == order  # same seed and epoch: same order (resume relies on it)
+    again = LengthGroupedSampler(lengths, batch_size, seed=7, is_sft=is_sft)
+    assert again.order() == order  # a new process resuming gets it too
+    sampler.set_epoch(1)
+    assert list(sampler) != order
+    assert sorted(sampler.order()) == list(range(len(lengths)))
+    assert len(_batches(order, batch_size)[-1]) == len(lengths) % batch_size
+    # Mixed batches must pad their short SFT rows to the game rows' length, but within
+    # each type a batch's rows are of similar length, so padding stays well below random.
+    random_order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(0))
+    grouped = padding_fraction(lengths, order, batch_size)
+    assert grouped < 0.8 * padding_fraction(lengths, random_order.tolist(), batch_size)
+    for kind in (True, False):
+        spreads = [
+            max(lengths[i] for i in b if is_sft[i] == kind)
+            - min(lengths[i] for i in b if is_sft[i] == kind)
+            for b in _batches(order, batch_size)
+            if any(is_sft[i] == kind for i in b)
+        ]
+        full_range = 100 if kind else 600
+        assert sorted(spreads)[len(spreads) // 2] <= 0.1 * full_range  # median spread
+
+
+def test_untyped_sampler_order_is_unchanged_by_the_typed_option():
+    # Imitation groups all rows by length alone, as before.
+    lengths, is_sft = _typed_set(n=600)
+    plain = LengthGroupedSampler(lengths, 4, seed=2).order()
+    one_type = LengthGroupedSampler(lengths, 4, seed=2, is_sft=[False] * 600).order()
+    assert plain == one_type
+    assert plain != LengthGroupedSampler(lengths, 4, seed=2, is_sft=is_sft).order()
 
 
 def _table(rows):

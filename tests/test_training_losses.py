@@ -101,6 +101,30 @@ def test_offline_po_loss_and_gradient_by_hand():
     assert stats["ratio_max"].item() == pytest.approx(math.exp(0.5), abs=1e-6)
 
 
+def test_offline_po_takes_the_unclipped_branch_outside_the_clip_range():
+    # The min picks adv * ratio, not adv * clip(ratio), whenever that is smaller, even
+    # with the ratio outside [1 - eps, 1 + eps]: the clip only removes the incentive to
+    # move further, never the penalty of having moved the wrong way.
+    # 0: game, ratio e^0.5 > 1.2 with adv -1 - 0.2 * 0.5 = -1.1 < 0 (unclipped)
+    # 1: game, ratio e^-0.5 < 0.8 with adv 0.5 + 0.2 * 0.5 = 0.6 > 0 (unclipped)
+    lp = torch.tensor([-0.5, -1.5], requires_grad=True)
+    ref = torch.tensor([-1.0, -1.0])
+    reward = torch.tensor([-1.0, 0.5])
+    weight = torch.tensor([1.0, 2.0])
+    is_sft = torch.tensor([False, False])
+    loss, stats = offline_po_loss(
+        lp, ref, reward, weight, is_sft, kl_coeff=0.2, sft_coeff=0.5, clip_eps=0.2
+    )
+    r0, r1 = math.exp(0.5), math.exp(-0.5)
+    ppo = [1.1 * r0, -0.6 * r1]  # -adv * ratio; -adv * clip(ratio) would be [1.32, -0.48]
+    assert loss.item() == pytest.approx((ppo[0] * 1.0 + ppo[1] * 2.0) / 2, abs=1e-6)
+    loss.backward()
+    # d(-adv * ratio)/d lp = -(d adv * ratio + adv * d ratio) = -ratio * (adv - b)
+    expected_grad = [-r0 * (-1.1 - 0.2) * 1.0 / 2, -r1 * (0.6 - 0.2) * 2.0 / 2]
+    assert lp.grad.tolist() == pytest.approx(expected_grad, abs=1e-6)
+    assert stats["clipped"].item() == 2  # both left the trust region, whichever branch won
+
+
 @pytest.mark.parametrize("sft_rows", [[False, False], [True, True]])
 def test_offline_po_empty_term_is_zero(sft_rows):
     lp = torch.tensor([-1.0, -3.0], requires_grad=True)

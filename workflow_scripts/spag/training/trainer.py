@@ -3,6 +3,8 @@
 The batch carries ``ref_logprob`` (precomputed by the scoring step), so no reference
 model is held in memory. Per-step statistics (KL estimate, importance-ratio mean, min
 and max) are gathered over micro-batches and ranks and logged with the loss.
+Batches are grouped by length; for OfflinePO within each sample type, so that every
+batch keeps the SFT/game mix of a random batch (each loss term is over its own count).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class SpagTrainer(Trainer):
         clip_eps: float = 0.2,
         group_by_length: bool = True,
         lengths: list[int] | None = None,
+        is_sft: list[bool] | None = None,
         trim_logits: bool = True,
         **kwargs,
     ):
@@ -64,6 +67,7 @@ class SpagTrainer(Trainer):
         self.clip_eps = clip_eps
         self.group_by_length = group_by_length
         self.lengths = lengths
+        self.is_sft = is_sft
         self.trim_logits = trim_logits
         # Our loss is a per-micro-batch mean: let the Trainer divide it by the
         # accumulation steps, as for any loss that does not count tokens itself.
@@ -78,8 +82,15 @@ class SpagTrainer(Trainer):
         if not self.group_by_length:
             return super()._get_train_sampler(dataset)
         lengths = self.lengths if self.lengths is not None else dataset.lengths
+        is_sft = None
+        if self.method == "offline_po":
+            # OfflinePO divides each term by its count in the micro-batch: batches must keep
+            # the SFT/game mix of random batches, so lengths are grouped within each type.
+            is_sft = self.is_sft
+            if is_sft is None:
+                is_sft = [bool(f["is_sft"]) for f in dataset.features]
         return LengthGroupedSampler(
-            lengths, self.args.per_device_train_batch_size, seed=self.args.seed
+            lengths, self.args.per_device_train_batch_size, seed=self.args.seed, is_sft=is_sft
         )
 
     # ---- loss ----
