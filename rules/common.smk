@@ -6,10 +6,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from spag.config import validate_config
+from spag.config import check_run_inputs, validate_config
 from spag.launch import multinode_resources, torchrun_prefix
 
 validate_config(config, source="config")
+check_run_inputs(config)
 
 if config["offline"]:
     # The embedded default never waits on the hub; jobs inherit this.
@@ -25,7 +26,10 @@ if (_bindir / "spag").exists():
 
 EPOCHS = config["epochs"]
 NUM_SHARDS = config["selfplay"]["num_shards"]
-TINY_BASE = config["base_model"]["name_or_path"] == "tiny"
+TINY_BASE = (
+    config["base_model"]["name_or_path"] == "tiny"
+    and not config["base_model"]["gguf_file"]
+)
 
 
 # ---------------------------------------------------------------- paths
@@ -72,6 +76,11 @@ EVAL_GAMES = epoch_path("eval", "games.parquet")
 EVAL_TABLE = epoch_path("eval", "games.tsv")
 EPOCH_SUMMARY = epoch_path("summary.tsv")
 REASONING = result("eval", "reasoning", "{model}.json")
+# The base model and M0 play the same evaluation games as M(e): the rows that M(e) is
+# read against (M0 against itself with the default opponent, `imitation`).
+BASELINE_MODELS = ("base", "imitation")
+BASELINE_GAMES = result("eval", "games", "{model}.parquet")
+BASELINE_TABLE = result("eval", "games", "{model}.tsv")
 
 
 def shard_name(shard):
@@ -95,6 +104,12 @@ def previous_model(wildcards):
 
 def current_model(wildcards):
     return model_of_epoch(wildcards.epoch)
+
+
+def base_model_gguf():
+    # A local GGUF is an input: a changed file rebuilds the base model and what follows.
+    gguf = config["base_model"]["gguf_file"]
+    return [gguf] if gguf else []
 
 
 def opponent_model(wildcards):
@@ -140,6 +155,7 @@ def epoch_targets(epoch):
     """
     targets = [model_of_epoch(epoch), REASONING.format(model="base")]
     targets.append(REASONING.format(model="imitation"))
+    targets += [BASELINE_TABLE.format(model=m) for m in BASELINE_MODELS]
     for e in range(1, int(epoch) + 1):
         targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
         targets += [
@@ -169,8 +185,13 @@ def run_benchmarks(wildcards):
         "eval_play",
         "eval_games",
     )
+    per_model = {
+        "eval_reasoning": REASONING_MODELS,
+        "eval_play_baseline": BASELINE_MODELS,
+        "eval_games_baseline": BASELINE_MODELS,
+    }
     files = []
-    for name in (*once, *per_epoch, "eval_reasoning"):
+    for name in (*once, *per_epoch, *per_model):
         if not hasattr(rules, name):
             continue
         pattern = getattr(rules, name).benchmark
@@ -179,7 +200,7 @@ def run_benchmarks(wildcards):
                 str(pattern),
                 epoch=range(1, EPOCHS + 1),
                 shard=map(shard_name, range(NUM_SHARDS)),
-                model=REASONING_MODELS,
+                model=per_model.get(name, ()),
                 allow_missing=True,
             )
     return list(dict.fromkeys(files))
@@ -262,6 +283,7 @@ def train_args(stage):
         logging_steps=t["logging_steps"],
         kl_coeff=t["kl_coeff"],
         seed=config["seed"],
+        prompt_format=config["game"]["prompt_format"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
     )
     if stage == "spag":
@@ -282,7 +304,9 @@ def play_args():
         max_turns=config["game"]["max_turns"],
         max_new_tokens=s["max_new_tokens"],
         temperature=s["temperature"],
+        top_k=s["top_k"],
         top_p=s["top_p"],
+        prompt_format=config["game"]["prompt_format"],
         batch_size=s["batch_size"],
         max_length=s["max_length"],
         dtype=s["dtype"],
@@ -297,6 +321,7 @@ def eval_play_args():
         backend=s["backend"],
         max_turns=config["game"]["max_turns"],
         max_new_tokens=e["max_new_tokens"],
+        prompt_format=config["game"]["prompt_format"],
         batch_size=e["batch_size"],
         max_length=s["max_length"],
         dtype=s["dtype"],
@@ -312,5 +337,6 @@ def score_args(max_length):
         batch_size=s["batch_size"],
         dtype=s["dtype"],
         max_length=max_length,
+        prompt_format=config["game"]["prompt_format"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
     )

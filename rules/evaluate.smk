@@ -1,5 +1,9 @@
 # Evaluation of M(e): greedy games against a fixed opponent on the held-out words,
-# reasoning benchmarks (lm-evaluation-harness), and the epoch's summary row.
+# reasoning benchmarks (lm-evaluation-harness), and the epoch's summary row. The base
+# model and M0 play the same games against the same opponent: the rows M(e) is read
+# against.
+
+from spag.summary import model_order
 
 
 rule eval_play:
@@ -48,6 +52,60 @@ rule eval_games:
         " --model-name epoch{wildcards.epoch} > {log:q} 2>&1"
 
 
+rule eval_play_baseline:
+    input:
+        model=named_model,
+        opponent=opponent_model,
+        words=WORDS_TEST,
+        prompts=config["game"]["prompts"],
+    output:
+        BASELINE_GAMES,
+    log:
+        log_path("eval", "play_{model}.log"),
+    benchmark:
+        bench_path("eval", "play_{model}.tsv")
+    wildcard_constraints:
+        model="|".join(BASELINE_MODELS),
+    conda:
+        backend_env()
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
+    params:
+        seed=config["seed"],
+        # -1 for the base model, 0 for M0: the epoch column of the tables.
+        epoch=lambda wildcards: model_order(wildcards.model),
+        opponent=opponent_arg,
+        args=eval_play_args(),
+    shell:
+        "spag play --model {input.model:q} --opponent {params.opponent:q}"
+        " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        " --epoch={params.epoch} --seed {params.seed} --model-name {wildcards.model}"
+        " --opponent-name opponent --threads {threads} {params.args} > {log:q} 2>&1"
+
+
+rule eval_games_baseline:
+    input:
+        BASELINE_GAMES,
+    output:
+        BASELINE_TABLE,
+    log:
+        log_path("eval", "games_{model}.log"),
+    benchmark:
+        bench_path("eval", "games_{model}.tsv")
+    wildcard_constraints:
+        model="|".join(BASELINE_MODELS),
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        epoch=lambda wildcards: model_order(wildcards.model),
+    shell:
+        "spag eval-games --episodes {input:q} --output {output:q} --epoch={params.epoch}"
+        " --model-name {wildcards.model} > {log:q} 2>&1"
+
+
 rule eval_reasoning:
     input:
         model=named_model,
@@ -69,6 +127,7 @@ rule eval_reasoning:
             limit=config["evaluation"]["reasoning"]["limit"],
             num_fewshot=config["evaluation"]["reasoning"]["num_fewshot"],
             batch_size=config["evaluation"]["reasoning"]["batch_size"],
+            apply_chat_template=config["game"]["prompt_format"] == "chat",
             trust_remote_code=config["base_model"]["trust_remote_code"],
         ),
     shell:

@@ -3,6 +3,7 @@
 
 SUMMARY_EPOCHS = result("summary", "epochs.tsv")
 SUMMARY_REASONING = result("summary", "reasoning.tsv")
+SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
 PLOTS_DIR = result("plots")
 RUN_PLOT_FILES = {
     "reasoning": ("reasoning.png", "Reasoning"),
@@ -19,6 +20,7 @@ REASONING_MODELS = ["base", "imitation"] + [f"epoch{e}" for e in range(1, EPOCHS
 REPORT_TARGETS = [
     SUMMARY_EPOCHS,
     SUMMARY_REASONING,
+    SUMMARY_EVAL_GAMES,
     *(str(Path(PLOTS_DIR, name)) for name, _ in RUN_PLOT_FILES.values()),
     *expand(
         str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}.png")),
@@ -32,6 +34,10 @@ rule summary_tables:
     input:
         epochs=expand(EPOCH_SUMMARY, epoch=range(1, EPOCHS + 1)),
         reasoning=expand(REASONING, model=REASONING_MODELS),
+        eval_games=[
+            *expand(BASELINE_TABLE, model=BASELINE_MODELS),
+            *expand(EVAL_TABLE, epoch=range(1, EPOCHS + 1)),
+        ],
     output:
         epochs=report(
             SUMMARY_EPOCHS,
@@ -42,6 +48,12 @@ rule summary_tables:
         reasoning=report(
             SUMMARY_REASONING,
             caption="../report/summary_reasoning.rst",
+            category="Summary",
+            subcategory="Tables",
+        ),
+        eval_games=report(
+            SUMMARY_EVAL_GAMES,
+            caption="../report/summary_eval_games.rst",
             category="Summary",
             subcategory="Tables",
         ),
@@ -56,13 +68,15 @@ rule summary_tables:
     shell:
         "spag summarize --collect --epoch-summaries {input.epochs:q}"
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
-        " --reasoning-output {output.reasoning:q} > {log:q} 2>&1"
+        " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
+        " --eval-games-output {output.eval_games:q} > {log:q} 2>&1"
 
 
 rule plots:
     input:
         summary=SUMMARY_EPOCHS,
         reasoning=SUMMARY_REASONING,
+        eval_games=SUMMARY_EVAL_GAMES,
         samples=expand(SAMPLES, epoch=range(1, EPOCHS + 1)),
         loss=[IMITATION_LOSS, *expand(LOSS, epoch=range(1, EPOCHS + 1))],
         benchmarks=run_benchmarks,
@@ -88,7 +102,8 @@ rule plots:
         outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
         "spag plots --output-dir {params.outdir:q} --summary {input.summary:q}"
-        " --reasoning {input.reasoning:q} --samples {input.samples:q} --loss {input.loss:q}"
+        " --reasoning {input.reasoning:q} --eval-games {input.eval_games:q}"
+        " --samples {input.samples:q} --loss {input.loss:q}"
         " --benchmarks {input.benchmarks:q} > {log:q} 2>&1"
 
 

@@ -1,13 +1,23 @@
-"""``spag eval-games``: per-role win / loss / tie counts of the evaluation games."""
+"""``spag eval-games``: per-role win / loss / tie counts of the evaluation games, and the
+Wilson score intervals of their rates."""
 
 from __future__ import annotations
 
 import csv
+import math
 
 import pyarrow as pa
 import pytest
 from spag.cli import main
-from spag.eval_table import COLUMNS, game_result, tally
+from spag.eval_table import (
+    COLUMNS,
+    COUNT_COLUMNS,
+    RATE_COLUMNS,
+    game_result,
+    rates,
+    tally,
+    wilson_interval,
+)
 from spag.selfplay import SHARD_SCHEMA
 from spag.tables import write_parquet
 
@@ -100,6 +110,17 @@ def test_eval_games_table(tmp_path):
     assert (both["games"], both["wins"], both["losses"], both["ties"]) == ("6", "3", "2", "1")
     assert float(both["win_rate"]) == pytest.approx(0.5)
     assert float(a["tie_rate"]) == pytest.approx(1 / 3)
+    # Every rate comes with its 95% Wilson interval, from the same counts.
+    for row, (n, wins, broke) in ((a, (3, 1, 1)), (d, (3, 2, 1)), (both, (6, 3, 2))):
+        assert float(row["broke_rules_rate"]) == pytest.approx(broke / n)
+        for kind, k in (("win", wins), ("broke_rules", broke)):
+            lo, hi = wilson_interval(k, n)
+            assert float(row[f"{kind}_rate_lo"]) == pytest.approx(lo, abs=1e-6)
+            assert float(row[f"{kind}_rate_hi"]) == pytest.approx(hi, abs=1e-6)
+            assert float(row[f"{kind}_rate_lo"]) <= float(row[f"{kind}_rate"])
+            assert float(row[f"{kind}_rate"]) <= float(row[f"{kind}_rate_hi"])
+    assert float(a["loss_rate_lo"]) == pytest.approx(wilson_interval(1, 3)[0], abs=1e-6)
+    assert (d["tie_rate"], d["tie_rate_lo"]) == ("0.000000", "0.000000")
     assert {r["epoch"] for r in t.values()} == {"2"}
     assert {r["model"] for r in t.values()} == {"m2"}
     assert {r["opponent"] for r in t.values()} == {"base"}
@@ -127,6 +148,8 @@ def test_eval_games_options_and_empty_role(tmp_path):
     t = _read(out)
     assert t["attacker"]["epoch"] == "7" and t["attacker"]["model"] == "mine"
     assert t["defender"]["games"] == "0" and t["defender"]["win_rate"] == "nan"
+    # No games, no interval.
+    assert {t["defender"][c] for c in RATE_COLUMNS} == {"nan"}
 
 
 def test_eval_games_rejects_self_play_episodes(tmp_path, capsys):
@@ -143,3 +166,51 @@ def test_eval_games_rejects_self_play_episodes(tmp_path, capsys):
         main(["eval-games", "--episodes", str(tmp_path / "none.parquet"), "--output", str(out)])
         == 2
     )
+
+
+@pytest.mark.parametrize(
+    "k,n,lo,hi",
+    [
+        (8, 10, 0.4902, 0.9433),  # the textbook example
+        (5, 10, 0.2366, 0.7634),
+        (0, 10, 0.0, 0.2775),
+        (10, 10, 0.7225, 1.0),
+        (1, 1, 0.2065, 1.0),
+        (0, 1, 0.0, 0.7935),
+        (81, 263, 0.2553, 0.3662),  # Newcombe (1998), Stat. Med. 17: 857, table I
+    ],
+)
+def test_wilson_interval_known_values(k, n, lo, hi):
+    assert wilson_interval(k, n) == pytest.approx((lo, hi), abs=5e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 40])
+def test_wilson_interval_edges_and_symmetry(n):
+    bounds = [wilson_interval(k, n) for k in range(n + 1)]
+    assert bounds[0][0] == 0.0 and bounds[n][1] == 1.0  # exact, not 1e-17 off
+    for k, (lo, hi) in enumerate(bounds):
+        assert 0.0 <= lo <= k / n <= hi <= 1.0
+        assert lo < hi  # never empty, even at k = 0 or k = n
+        # k successes and n - k failures: the same interval, mirrored
+        assert (lo, hi) == pytest.approx((1 - bounds[n - k][1], 1 - bounds[n - k][0]))
+    assert [b[0] for b in bounds] == sorted(b[0] for b in bounds)
+    assert [b[1] for b in bounds] == sorted(b[1] for b in bounds)
+
+
+def test_wilson_interval_narrows_with_more_games_and_rejects_bad_counts():
+    widths = [hi - lo for lo, hi in (wilson_interval(n // 2, n) for n in (10, 100, 1000))]
+    assert widths == sorted(widths, reverse=True)
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+    with pytest.raises(ValueError, match="outside"):
+        wilson_interval(4, 3)
+    with pytest.raises(ValueError, match="outside"):
+        wilson_interval(-1, 3)
+
+
+def test_rates_of_one_row():
+    r = rates({"games": 10, "wins": 8, "losses": 1, "ties": 1, "broke_rules": 0})
+    assert set(r) == set(RATE_COLUMNS)
+    assert r["win_rate"] == 0.8
+    assert (r["win_rate_lo"], r["win_rate_hi"]) == pytest.approx((0.4902, 0.9433), abs=5e-5)
+    assert r["broke_rules_rate"] == 0.0 and r["broke_rules_rate_lo"] == 0.0
+    assert all(math.isnan(v) for v in rates(dict.fromkeys(COUNT_COLUMNS, 0)).values())

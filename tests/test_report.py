@@ -75,6 +75,15 @@ def test_run_builds_tables_and_plots(tiny_run):
     assert 0 <= epochs.loc[0, "reasoning_spag_tiny_reasoning"] <= 1
     reasoning = pd.read_csv(tiny_run / "results" / "summary" / "reasoning.tsv", sep="\t")
     assert reasoning["model"].drop_duplicates().tolist() == ["base", "imitation", "epoch1"]
+    # The base model and M0 played the same games against the same opponent as M1.
+    games = pd.read_csv(tiny_run / "results" / "summary" / "eval_games.tsv", sep="\t")
+    assert games["model"].drop_duplicates().tolist() == ["base", "imitation", "epoch1"]
+    both = games[games["role"] == "all"]
+    assert (both["games"] == 2 * TINY_OVERLAY["words"]["num_test"]).all()
+    for rate in ("win_rate", "loss_rate", "tie_rate", "broke_rules_rate"):
+        assert (games[f"{rate}_lo"] <= games[rate]).all(), rate
+        assert (games[rate] <= games[f"{rate}_hi"]).all(), rate
+    assert 0 <= epochs.loc[0, "eval_win_rate_lo"] <= epochs.loc[0, "eval_win_rate_hi"] <= 1
 
 
 def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
@@ -85,7 +94,7 @@ def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
     missing = [n for n in RUN_PLOTS if n not in html]
     missing += [f"epoch1/{n}" for n in EPOCH_PLOTS if f"epoch1/{n}" not in html]
     assert not missing, f"plots missing from the report: {missing}"
-    for text in ("Epoch 1", "Adversarial Taboo", "epochs.tsv", "reasoning.tsv"):
+    for text in ("Epoch 1", "Adversarial Taboo", "epochs.tsv", "reasoning.tsv", "eval_games.tsv"):
         assert text in html, text
 
     browser = _browser()

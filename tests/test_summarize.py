@@ -12,12 +12,16 @@ import pyarrow.parquet as pq
 import pytest
 from spag.cli import main
 from spag.errors import SpagInputError
+from spag.eval_table import COLUMNS as EVAL_COLUMNS
+from spag.eval_table import wilson_interval
 from spag.summary import (
     GMEAN_TASK,
     SUMMARY_COLUMNS,
     collect_epochs,
+    collect_eval_games,
     collect_reasoning,
     epoch_summary,
+    eval_summary,
     generation_summary,
     model_order,
     outcome_summary,
@@ -32,13 +36,22 @@ LOSS_TSV = (
     "1\t0.5\t2.0\t0.01\t1.0\t0.9\t1.1\t0.0\t4\t4\t1e-4\t1.0\t100\t0.1\n"
     "2\t1.0\t1.0\t0.03\t1.02\t0.95\t1.2\t0.25\t4\t4\t5e-5\t0.8\t300\t0.1\n"
 )
+# An evaluation games table as written before the intervals existed: the summary
+# computes them from the counts.
 EVAL_TSV = (
     "epoch\tmodel\topponent\trole\tgames\twins\tlosses\tties\tbroke_rules\twin_rate\tloss_rate\t"
     "tie_rate\n"
-    "{e}\tepoch{e}\topponent\tattacker\t4\t1\t2\t1\t0\t0.250000\t0.500000\t0.250000\n"
-    "{e}\tepoch{e}\topponent\tdefender\t4\t2\t1\t1\t1\t0.500000\t0.250000\t0.250000\n"
-    "{e}\tepoch{e}\topponent\tall\t8\t3\t3\t2\t1\t0.375000\t0.375000\t0.250000\n"
+    "{e}\t{model}\topponent\tattacker\t4\t1\t2\t1\t0\t0.250000\t0.500000\t0.250000\n"
+    "{e}\t{model}\topponent\tdefender\t4\t2\t1\t1\t1\t0.500000\t0.250000\t0.250000\n"
+    "{e}\t{model}\topponent\tall\t8\t3\t3\t2\t1\t0.375000\t0.375000\t0.250000\n"
 )
+
+
+def eval_games_tsv(path: Path, model: str, epoch: int) -> Path:
+    """One model's evaluation games table (the shape ``spag eval-games`` writes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(EVAL_TSV.format(e=epoch, model=model), encoding="utf-8")
+    return path
 
 
 def reasoning_json(path: Path, name: str, scores: dict[str, float]) -> Path:
@@ -135,8 +148,7 @@ def make_epoch_files(root: Path, epoch: int, scores: dict[str, float] | None = N
         encoding="utf-8",
     )
     (d / "loss.tsv").write_text(LOSS_TSV, encoding="utf-8")
-    (d / "eval").mkdir(exist_ok=True)
-    (d / "eval" / "games.tsv").write_text(EVAL_TSV.format(e=epoch), encoding="utf-8")
+    eval_games_tsv(d / "eval" / "games.tsv", f"epoch{epoch}", epoch)
     bench = root / "benchmarks" / f"epoch{epoch}" / "selfplay"
     bench.mkdir(parents=True, exist_ok=True)
     benches = []
@@ -194,6 +206,11 @@ def test_epoch_summary_row(tmp_path):
     assert row["eval_loss_rate_defender"] == pytest.approx(0.25)
     assert row["eval_win_rate"] == pytest.approx(0.375)
     assert row["eval_games"] == 8 and row["eval_opponent"] == "opponent"
+    assert row["eval_broke_rules_rate_defender"] == pytest.approx(0.25)
+    assert (row["eval_win_rate_lo"], row["eval_win_rate_hi"]) == pytest.approx(
+        wilson_interval(3, 8)
+    )
+    assert row["eval_loss_rate_attacker_hi"] == pytest.approx(wilson_interval(2, 4)[1])
     assert row["gen_games"] == 4 and row["gen_tokens"] == 60
     assert row["gen_tokens_per_game"] == pytest.approx(15.0)
     assert row["gen_seconds"] == pytest.approx(5.0)
@@ -337,6 +354,91 @@ def test_collect_epochs_and_reasoning(tmp_path):
     )
     assert pd.read_csv(out, sep="\t")["epoch"].tolist() == [1, 2]
     assert len(pd.read_csv(rout, sep="\t")) == 12
+
+
+def test_eval_summary_intervals(tmp_path):
+    """Intervals per role from the counts; a table with rates only keeps its rate columns."""
+    row = eval_summary(eval_games_tsv(tmp_path / "games.tsv", "epoch1", 1))
+    for suffix, (n, k) in (("_attacker", (4, 1)), ("_defender", (4, 2)), ("", (8, 3))):
+        lo, hi = wilson_interval(k, n)
+        assert row[f"eval_win_rate{suffix}"] == pytest.approx(k / n)
+        assert row[f"eval_win_rate{suffix}_lo"] == pytest.approx(lo)
+        assert row[f"eval_win_rate{suffix}_hi"] == pytest.approx(hi)
+    assert row["eval_broke_rules_rate_attacker"] == 0.0
+    assert row["eval_broke_rules_rate_attacker_lo"] == 0.0
+    assert row["eval_broke_rules_rate_attacker_hi"] == pytest.approx(wilson_interval(0, 4)[1])
+    eval_cols = [c for c in SUMMARY_COLUMNS if c.startswith("eval_") and "_rate" in c]
+    assert set(eval_cols) <= set(row)
+    assert len(eval_cols) == 3 * 4 * 3  # roles (attacker, defender, all) x rates x bounds
+
+    rates_only = tmp_path / "rates.tsv"
+    rates_only.write_text("role\twin_rate\twin_rate_lo\nall\t0.5\t0.2\n", encoding="utf-8")
+    row = eval_summary(rates_only)
+    assert row["eval_win_rate"] == 0.5 and row["eval_win_rate_lo"] == 0.2
+    assert math.isnan(row["eval_win_rate_hi"]) and math.isnan(row["eval_win_rate_attacker"])
+
+
+def test_collect_eval_games_in_run_order(tmp_path):
+    """base, M0 and every M(e) against the opponent, one row per model and role."""
+    paths = [
+        eval_games_tsv(tmp_path / "epoch2" / "eval" / "games.tsv", "epoch2", 2),
+        eval_games_tsv(tmp_path / "eval" / "games" / "imitation.tsv", "imitation", 0),
+        eval_games_tsv(tmp_path / "epoch1" / "eval" / "games.tsv", "epoch1", 1),
+        # epoch column as a hand-run `spag eval-games` leaves it: the model name decides
+        eval_games_tsv(tmp_path / "eval" / "games" / "base.tsv", "base", 0),
+    ]
+    df = collect_eval_games(paths)
+    assert list(df.columns) == list(EVAL_COLUMNS)
+    assert df["model"].drop_duplicates().tolist() == ["base", "imitation", "epoch1", "epoch2"]
+    assert df["epoch"].drop_duplicates().tolist() == [-1, 0, 1, 2]
+    assert df["role"].tolist()[:3] == ["attacker", "defender", "all"]
+    all_rows = df[df["role"] == "all"]
+    assert all_rows["win_rate"].tolist() == pytest.approx([0.375] * 4)
+    lo, hi = wilson_interval(3, 8)
+    assert all_rows["win_rate_lo"].tolist() == pytest.approx([lo] * 4)
+    assert all_rows["win_rate_hi"].tolist() == pytest.approx([hi] * 4)
+    assert df["broke_rules_rate"].tolist()[:3] == pytest.approx([0.0, 0.25, 0.125])
+
+    summary = tmp_path / "summary.tsv"
+    files = make_epoch_files(tmp_path, 1)
+    assert main(summarize_argv(1, files, summary)) == 0
+    out = tmp_path / "summary" / "eval_games.tsv"
+    argv = ["summarize", "--collect", "--epoch-summaries", str(summary), "--output"]
+    argv += [str(tmp_path / "summary" / "epochs.tsv")]
+    assert main([*argv, "--eval-games", *map(str, paths), "--eval-games-output", str(out)]) == 0
+    written = pd.read_csv(out, sep="\t")
+    assert len(written) == 12 and written["model"].iloc[0] == "base"
+    assert written["win_rate_hi"].iloc[-1] == pytest.approx(hi, abs=1e-5)
+    # The epoch table carries the epoch's intervals too.
+    epochs = pd.read_csv(tmp_path / "summary" / "epochs.tsv", sep="\t")
+    assert epochs.loc[0, "eval_win_rate_lo"] == pytest.approx(lo, abs=1e-5)
+
+
+def test_collect_eval_games_bad_inputs(tmp_path, capsys):
+    bad = tmp_path / "games.tsv"
+    bad.write_text("model\trole\tgames\nbase\tall\t3\n", encoding="utf-8")
+    with pytest.raises(SpagInputError, match="games.tsv: missing column.*wins"):
+        collect_eval_games([bad])
+    with pytest.raises(SpagInputError, match="no evaluation games table"):
+        collect_eval_games([])
+    files = make_epoch_files(tmp_path, 1)
+    out = tmp_path / "s.tsv"
+    assert main(summarize_argv(1, files, out)) == 0
+    argv = [
+        "summarize",
+        "--collect",
+        "--epoch-summaries",
+        str(out),
+        "--output",
+        str(tmp_path / "e"),
+    ]
+    assert main([*argv, "--eval-games", str(files["eval_games"])]) == 2
+    assert "--eval-games-output" in capsys.readouterr().err
+    argv = summarize_argv(1, files, tmp_path / "one.tsv")
+    i = argv.index("--eval-games")
+    argv.insert(i + 1, str(files["eval_games"]))  # two tables in epoch mode
+    assert main(argv) == 2
+    assert "one --eval-games" in capsys.readouterr().err
 
 
 def test_model_order():

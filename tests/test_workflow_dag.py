@@ -22,6 +22,8 @@ ONCE = {
     "score_imitation": 1,
     "train_imitation": 1,
 }
+# The base model and M0 against the opponent: the rows that M(e) is read against.
+BASELINES = {"eval_play_baseline": 2, "eval_games_baseline": 2}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def test_dry_run_job_counts(workdir, epochs, shards):
     )
     assert res.returncode == 0, res.stderr + res.stdout
     counts = job_counts(res.stdout + res.stderr)
-    expected = {**ONCE, "selfplay": epochs * shards}
+    expected = {**ONCE, **BASELINES, "selfplay": epochs * shards}
     expected.update({rule: n * epochs for rule, n in PER_EPOCH.items()})
     # base model, M0, and M1..M(epochs)
     expected["eval_reasoning"] = epochs + 2
@@ -75,6 +77,58 @@ def test_shard_outputs_follow_the_design_layout(workdir):
         "results/epoch1/model",
     ):
         assert path in out
+
+
+def _shell_lines(stdout: str, command: str) -> list[str]:
+    return [line for line in stdout.splitlines() if command in line]
+
+
+def test_epoch_target_plans_baseline_games(workdir):
+    """spag_epoch1 plays the base model and M0 against the opponent on the held-out words."""
+    res = snakemake(workdir, "spag_epoch1", "-n", "-p", config={"epochs": 1})
+    assert res.returncode == 0, res.stderr
+    plays = _shell_lines(res.stdout, "spag play")
+    evals = [line for line in plays if "--opponent " in line]
+    assert len(evals) == 3  # M1, base, M0
+    model = {
+        name: next(line for line in evals if f"--model-name {name} " in line)
+        for name in ("epoch1", "base", "imitation")
+    }
+    opponent = "--opponent results/imitation/model"
+    for name, folder, out in (
+        ("epoch1", "results/epoch1/model", "results/epoch1/eval/games.parquet"),
+        ("base", "results/base_model", "results/eval/games/base.parquet"),
+        ("imitation", "results/imitation/model", "results/eval/games/imitation.parquet"),
+    ):
+        line = model[name]
+        assert f"--model {folder} " in line and opponent in line, line
+        assert f"--output {out} " in line and "--words results/words/test.txt" in line
+        assert "--greedy" in line
+    # Same words, same settings: the lines differ only in model, output, epoch and names.
+    assert "--epoch=-1 " in model["base"] and "--epoch=0 " in model["imitation"]
+    tables = _shell_lines(res.stdout, "spag eval-games")
+    for name in ("base", "imitation"):
+        line = next(t for t in tables if f"--model-name {name}" in t)
+        assert f"--output results/eval/games/{name}.tsv" in line
+
+
+def test_report_tables_and_plots_take_every_model(workdir):
+    res = snakemake(workdir, "all", "-n", "-p", config={"epochs": 2})
+    assert res.returncode == 0, res.stderr
+    (collect,) = _shell_lines(res.stdout, "spag summarize --collect")
+    tables = collect.split("--eval-games ")[1].split(" --")[0].split()
+    assert tables == [
+        "results/eval/games/base.tsv",
+        "results/eval/games/imitation.tsv",
+        "results/epoch1/eval/games.tsv",
+        "results/epoch2/eval/games.tsv",
+    ]
+    assert "--eval-games-output results/summary/eval_games.tsv" in collect
+    (plots,) = _shell_lines(res.stdout, "spag plots --output-dir results/plots ")
+    assert "--eval-games results/summary/eval_games.tsv" in plots
+    # The runtime plot counts the baseline games with the other evaluation games.
+    for bench in ("eval/play_base.tsv", "eval/games_imitation.tsv"):
+        assert f"results/benchmarks/{bench}" in plots
 
 
 @pytest.mark.parametrize(

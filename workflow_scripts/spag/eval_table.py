@@ -10,32 +10,30 @@ evaluated model's side:
   ``attacker_broke_rules`` a win (the opponent broke the rules), ``tie`` a tie.
 
 Rows: one per role (``attacker``, ``defender``) and ``all`` (both together).
+Each rate (win, loss, tie, and the share of games that ended in a rule break,
+``broke_rules_rate``: the model's own as attacker, the opponent's as defender)
+comes with its 95% Wilson score interval (``<rate>_lo``, ``<rate>_hi``): with a
+few dozen held-out words per role, the interval says whether two models'
+rates differ by more than chance.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from spag.errors import SpagInputError
 from spag.judge import ATTACKER_BROKE_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE, judge_game
 
 ROLES = ("attacker", "defender")
-COLUMNS = (
-    "epoch",
-    "model",
-    "opponent",
-    "role",
-    "games",
-    "wins",
-    "losses",
-    "ties",
-    "broke_rules",
-    "win_rate",
-    "loss_rate",
-    "tie_rate",
-)
+# rate name -> the count it is the share of
+RATES = {"win": "wins", "loss": "losses", "tie": "ties", "broke_rules": "broke_rules"}
+COUNT_COLUMNS = ("games", *RATES.values())
+RATE_COLUMNS = tuple(f"{kind}_rate{bound}" for kind in RATES for bound in ("", "_lo", "_hi"))
+COLUMNS = ("epoch", "model", "opponent", "role", *COUNT_COLUMNS, *RATE_COLUMNS)
+Z95 = 1.959963984540054  # standard normal quantile of 0.975
 # outcome -> result for the evaluated model, per role it played
 RESULT = {
     "attacker": {
@@ -74,8 +72,41 @@ def tally(games: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _rate(k: int, n: int) -> str:
-    return f"{k / n:.6f}" if n else "nan"
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``k / n`` (95% with the default ``z``).
+
+    Unlike the normal approximation it stays inside [0, 1] and is not empty at
+    ``k = 0`` or ``k = n``. ``(nan, nan)`` when ``n`` is 0.
+    """
+    if n <= 0:
+        return math.nan, math.nan
+    if not 0 <= k <= n:
+        raise ValueError(f"wilson_interval: k={k} outside 0..n={n}")
+    p = k / n
+    z2 = z * z
+    denom = 1 + z2 / n
+    center = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    # The bounds are exactly 0 at k = 0 and 1 at k = n; rounding would miss them.
+    lo = 0.0 if k == 0 else max(0.0, center - half)
+    hi = 1.0 if k == n else min(1.0, center + half)
+    return lo, hi
+
+
+def rates(counts: Mapping[str, float]) -> dict[str, float]:
+    """Rates and their Wilson intervals (:data:`RATE_COLUMNS`) from one row's counts."""
+    n = int(counts["games"])
+    row: dict[str, float] = {}
+    for kind, count in RATES.items():
+        k = int(counts[count])
+        lo, hi = wilson_interval(k, n)
+        row[f"{kind}_rate"] = k / n if n else math.nan
+        row[f"{kind}_rate_lo"], row[f"{kind}_rate_hi"] = lo, hi
+    return row
+
+
+def _fmt(x: float) -> str:
+    return "nan" if math.isnan(x) else f"{x:.6f}"
 
 
 def format_table(counts: dict[str, dict[str, int]], epoch: int, model: str, opponent: str) -> str:
@@ -83,28 +114,10 @@ def format_table(counts: dict[str, dict[str, int]], epoch: int, model: str, oppo
     lines = ["\t".join(COLUMNS)]
     for role in (*ROLES, "all"):
         c = counts[role]
-        n = c["games"]
-        lines.append(
-            "\t".join(
-                map(
-                    str,
-                    (
-                        epoch,
-                        model,
-                        opponent,
-                        role,
-                        n,
-                        c["wins"],
-                        c["losses"],
-                        c["ties"],
-                        c["broke_rules"],
-                        _rate(c["wins"], n),
-                        _rate(c["losses"], n),
-                        _rate(c["ties"], n),
-                    ),
-                )
-            )
-        )
+        r = rates(c)
+        cells = [epoch, model, opponent, role, *(c[k] for k in COUNT_COLUMNS)]
+        cells += [_fmt(r[k]) for k in RATE_COLUMNS]
+        lines.append("\t".join(map(str, cells)))
     return "\n".join(lines) + "\n"
 
 

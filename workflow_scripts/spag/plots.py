@@ -1,7 +1,8 @@
 """Plots of a run for the Snakemake report (matplotlib, Agg backend, no torch).
 
 Run-wide plots (:data:`RUN_PLOTS`, from the summary tables) show each quantity
-by epoch; epoch plots (:data:`EPOCH_PLOTS`) show one epoch's distributions.
+by epoch, or by model (base, M0, M1, ...) where the base model and M0 were
+evaluated too; epoch plots (:data:`EPOCH_PLOTS`) show one epoch's distributions.
 Every plot file is always written: a plot whose data is missing says so in the
 picture instead of failing, so that a report never lacks a file.
 """
@@ -28,7 +29,8 @@ from spag.tables import atomic_path, read_parquet  # noqa: E402
 # file name -> what it shows (the report's captions say more)
 RUN_PLOTS = {
     "reasoning.png": "reasoning scores by model, per task and their geometric mean",
-    "eval_win_rates.png": "win rates against the fixed opponent by epoch and role",
+    "eval_win_rates.png": "win rates against the fixed opponent by model and role, with 95% "
+    "intervals and M0's rates as reference lines",
     "selfplay_outcomes.png": "self-play outcome mix by epoch",
     "decisive_games.png": "decisive games and role weights by epoch",
     "rewards.png": "reward distribution of game samples by epoch and role",
@@ -48,6 +50,8 @@ OUTCOME_COLORS = {
     "tie": "#7f7f7f",
 }
 ROLE_COLORS = {"attacker": "#d62728", "defender": "#1f77b4", "all": "#2ca02c"}
+ROLE_LABELS = {"attacker": "as attacker", "defender": "as defender", "all": "both roles"}
+WIN_RATE_COLUMNS = ["epoch", "model", "role", "win_rate", "win_rate_lo", "win_rate_hi"]
 FIGSIZE = (7.0, 4.2)
 DPI = 110
 
@@ -164,37 +168,98 @@ def plot_reasoning(reasoning: pd.DataFrame, path: str | os.PathLike) -> None:
     save(fig, path)
 
 
-def plot_win_rates(summary: pd.DataFrame, path: str | os.PathLike) -> None:
-    """Win rate against the fixed opponent by epoch: as attacker, as defender, overall."""
+def win_rate_table(summary: pd.DataFrame, eval_games: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Win rate and its 95% interval per model and role (columns :data:`WIN_RATE_COLUMNS`).
+
+    From the run's evaluation games table (base model, M0 and every M(e); ``epoch``
+    -1, 0, e) when there is one, else from the epoch summary's ``eval_win_rate*``
+    columns (M(e) only).
+    """
+    if eval_games is not None and not eval_games.empty:
+        df = eval_games.assign(
+            **{c: _numeric(eval_games, c) for c in ("epoch", *WIN_RATE_COLUMNS[3:])}
+        )
+        return df[WIN_RATE_COLUMNS].dropna(subset=["epoch"]).reset_index(drop=True)
+    frames = []
+    epochs = (
+        summary["epoch"].astype(int) if "epoch" in summary.columns else pd.Series([], dtype=int)
+    )
+    for role in ROLE_LABELS:
+        suffix = "" if role == "all" else f"_{role}"
+        frames.append(
+            pd.DataFrame(
+                {
+                    "epoch": epochs,
+                    "model": [f"epoch{e}" for e in epochs],
+                    "role": role,
+                    **{
+                        f"win_rate{b}": _numeric(summary, f"eval_win_rate{suffix}{b}")
+                        for b in ("", "_lo", "_hi")
+                    },
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)[WIN_RATE_COLUMNS]
+
+
+def plot_win_rates(
+    summary: pd.DataFrame, path: str | os.PathLike, eval_games: pd.DataFrame | None = None
+) -> None:
+    """Win rate against the fixed opponent by model, per role, with 95% Wilson intervals.
+
+    Points: base model, M0, M1, ... as attacker, as defender and over both roles
+    (error bars: the intervals). Dashed lines: M0's rates, the reference that a
+    SPAG epoch has to beat (M0 against itself with the default opponent).
+    """
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    series = {
-        "attacker": _numeric(summary, "eval_win_rate_attacker"),
-        "defender": _numeric(summary, "eval_win_rate_defender"),
-        "all": _numeric(summary, "eval_win_rate"),
-    }
-    if summary.empty or not any(_has(s) for s in series.values()):
+    table = win_rate_table(summary, eval_games)
+    if table.empty or not _has(table["win_rate"]):
         no_data(ax, "no evaluation games")
     else:
-        epochs = summary["epoch"].astype(int)
-        for role, s in series.items():
-            ax.plot(
-                epochs,
-                s,
-                marker="o",
-                color=ROLE_COLORS[role],
-                lw=2.4 if role == "all" else 1.4,
-                label=f"M(e) as {role}" if role != "all" else "both roles",
+        # Roles side by side, so that their error bars do not hide each other.
+        offsets = {"attacker": -0.08, "defender": 0.08, "all": 0.0}
+        handles = []
+        for role, label in ROLE_LABELS.items():
+            df = table[table["role"] == role].sort_values("epoch")
+            y = df["win_rate"]
+            if not _has(y):
+                continue
+            below = (y - df["win_rate_lo"]).clip(lower=0).fillna(0)
+            above = (df["win_rate_hi"] - y).clip(lower=0).fillna(0)
+            handles.append(
+                ax.errorbar(
+                    df["epoch"] + offsets[role],
+                    y,
+                    yerr=[below, above],
+                    marker="o",
+                    capsize=3,
+                    color=ROLE_COLORS[role],
+                    lw=2.4 if role == "all" else 1.4,
+                    label=label,
+                )
             )
-        _epoch_axis(ax, epochs)
+            reference = y[df["epoch"] == 0].dropna()
+            if len(reference):
+                ax.axhline(
+                    float(reference.iloc[0]), ls="--", lw=1, color=ROLE_COLORS[role], alpha=0.7
+                )
+        if (table["epoch"] == 0).any():
+            from matplotlib.lines import Line2D
+
+            handles.append(Line2D([], [], ls="--", lw=1, color="#555555", label="M0 (reference)"))
+        orders = sorted(int(o) for o in table["epoch"].unique())
+        ax.set_xticks(orders, labels=[model_label(o) for o in orders])
+        ax.set_xlim(orders[0] - 0.5, orders[-1] + 0.5)
+        ax.set_xlabel("model")
         ax.set_ylim(-0.03, 1.03)
-        ax.set_ylabel("win rate")
+        ax.set_ylabel("win rate (95% Wilson interval)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        opponent = (
-            summary["eval_opponent"].dropna().astype(str).unique()
-            if ("eval_opponent" in summary.columns)
-            else []
-        )
+        ax.legend(handles=handles, fontsize=8)
+        if eval_games is not None and "opponent" in eval_games.columns:
+            names = eval_games["opponent"]
+        else:
+            names = summary.get("eval_opponent", pd.Series([], dtype=object))
+        opponent = names.dropna().astype(str).unique()
         if len(opponent):
             ax.set_title(f"Games against {', '.join(opponent)}")
     if not ax.get_title():
@@ -534,8 +599,13 @@ def run_plots(
     samples: Sequence[str | os.PathLike] = (),
     losses: Sequence[str | os.PathLike] = (),
     benchmarks: Sequence[str | os.PathLike] = (),
+    eval_games: str | os.PathLike | None = None,
 ) -> list[Path]:
-    """Write every plot of :data:`RUN_PLOTS` under ``output_dir``; return their paths."""
+    """Write every plot of :data:`RUN_PLOTS` under ``output_dir``; return their paths.
+
+    ``eval_games`` is the run's evaluation games table (``spag summarize --collect
+    --eval-games``); without it the win-rate plot shows M(e) from ``summary`` only.
+    """
     out = Path(output_dir)
     summary_df = read_tsv(summary, "epoch summary")
     if "epoch" not in summary_df.columns:
@@ -546,11 +616,16 @@ def run_plots(
         for col in ("epoch", "task", "score"):
             if col not in reasoning_df.columns:
                 raise SpagInputError(f"{reasoning}: missing column '{col}'")
+    games_df = read_tsv(eval_games, "evaluation games table") if eval_games else None
+    if games_df is not None:
+        for col in ("epoch", "role", "win_rate"):
+            if col not in games_df.columns:
+                raise SpagInputError(f"{eval_games}: missing column '{col}'")
     sample_dfs = {samples_epoch(p): read_samples(p) for p in samples}
     loss_dfs = {source_name(p): read_tsv(p, "training log") for p in losses}
     jobs: dict[str, Callable[[Path], None]] = {
         "reasoning.png": lambda p: plot_reasoning(reasoning_df, p),
-        "eval_win_rates.png": lambda p: plot_win_rates(summary_df, p),
+        "eval_win_rates.png": lambda p: plot_win_rates(summary_df, p, games_df),
         "selfplay_outcomes.png": lambda p: plot_outcomes(summary_df, p),
         "decisive_games.png": lambda p: plot_decisive(summary_df, p),
         "rewards.png": lambda p: plot_rewards(sample_dfs, p),

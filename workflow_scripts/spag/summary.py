@@ -3,13 +3,17 @@
 One epoch's row (``results/epoch{e}/summary.tsv``) gathers what the epoch's
 steps wrote: the self-play outcome mix, the training samples and their role
 weights and rewards, the training log, the evaluation games against the fixed
-opponent, the reasoning scores and the generation speed. Optional inputs and
-columns that a step did not write leave their cells empty (NaN), so that a
-summary never fails because of a metadata column.
+opponent (rates with their 95% Wilson intervals), the reasoning scores and the
+generation speed. Optional inputs and columns that a step did not write leave
+their cells empty (NaN), so that a summary never fails because of a metadata
+column.
 
 :func:`collect_epochs` stacks the rows of all epochs (``results/summary/epochs.tsv``);
 :func:`collect_reasoning` turns the reasoning JSON files of every model into a
-long table (``results/summary/reasoning.tsv``).
+long table (``results/summary/reasoning.tsv``); :func:`collect_eval_games` stacks
+the evaluation-game tables of the base model, M0 and every M(e)
+(``results/summary/eval_games.tsv``), so that each epoch can be read against
+the models it started from.
 """
 
 from __future__ import annotations
@@ -22,11 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
+from spag.eval_table import COLUMNS as EVAL_COLUMNS
+from spag.eval_table import COUNT_COLUMNS as EVAL_COUNTS
+from spag.eval_table import RATES as EVAL_RATES
+from spag.eval_table import rates as eval_rates
 from spag.tables import OUTCOMES, atomic_path, read_parquet
 
 NAN = float("nan")
 ROLES = ("attacker", "defender")
 DECISIVE = ("attacker_wins", "defender_wins")
+BOUNDS = ("", "_lo", "_hi")  # a rate, then its 95% Wilson interval
 # Fixed leading columns of a summary row; reasoning_<task> columns follow.
 SUMMARY_COLUMNS = [
     "epoch",
@@ -58,10 +67,8 @@ SUMMARY_COLUMNS = [
     "train_tokens_per_s",
     "eval_opponent",
     "eval_games",
-    *(f"eval_{k}_rate_{r}" for r in ROLES for k in ("win", "loss", "tie")),
-    "eval_win_rate",
-    "eval_loss_rate",
-    "eval_tie_rate",
+    *(f"eval_{k}_rate_{r}{b}" for r in ROLES for k in EVAL_RATES for b in BOUNDS),
+    *(f"eval_{k}_rate{b}" for k in EVAL_RATES for b in BOUNDS),
     "gen_games",
     "gen_tokens",
     "gen_tokens_per_game",
@@ -209,8 +216,22 @@ def loss_summary(path: str | os.PathLike) -> dict[str, Any]:
     }
 
 
+def _role_rates(r: Mapping[str, Any] | None) -> dict[str, float]:
+    """Rates and Wilson intervals of one row of an evaluation games table.
+
+    Computed from the counts when the row has them (a table written before the
+    intervals existed gets them too), else read from the rate columns.
+    """
+    if r is None:
+        return {}
+    counts = {c: _num(r.get(c)) for c in EVAL_COUNTS}
+    if not any(math.isnan(v) for v in counts.values()):
+        return eval_rates(counts)
+    return {f"{k}_rate{b}": _num(r.get(f"{k}_rate{b}")) for k in EVAL_RATES for b in BOUNDS}
+
+
 def eval_summary(path: str | os.PathLike) -> dict[str, Any]:
-    """Win / loss / tie rates of the evaluated model per role from ``eval/games.tsv``."""
+    """Win / loss / tie / rule-break rates (with intervals) per role from ``eval/games.tsv``."""
     df = _read_tsv(path, "evaluation games table")
     if "role" not in df.columns:
         raise SpagInputError(f"{path}: missing column 'role'")
@@ -220,9 +241,10 @@ def eval_summary(path: str | os.PathLike) -> dict[str, Any]:
     )
     by_role = {str(r["role"]): r for _, r in df.iterrows()}
     for role, suffix in (*((r, f"_{r}") for r in ROLES), ("all", "")):
-        r = by_role.get(role)
-        for kind in ("win", "loss", "tie"):
-            row[f"eval_{kind}_rate{suffix}"] = _num(r.get(f"{kind}_rate")) if r is not None else NAN
+        values = _role_rates(by_role.get(role))
+        for kind in EVAL_RATES:
+            for b in BOUNDS:
+                row[f"eval_{kind}_rate{suffix}{b}"] = values.get(f"{kind}_rate{b}", NAN)
     if "all" in by_role:
         row["eval_games"] = int(_num(by_role["all"].get("games", 0)) or 0)
     else:
@@ -421,3 +443,43 @@ def collect_reasoning(paths: Sequence[str | os.PathLike]):
     last = df["task"] == GMEAN_TASK
     df = df.assign(_last=last).sort_values(["epoch", "_last"], kind="stable")
     return df.drop(columns="_last").reset_index(drop=True)
+
+
+def collect_eval_games(paths: Sequence[str | os.PathLike]):
+    """Stack evaluation games tables (``spag eval-games``) of several models, in run order.
+
+    One row per model and role (columns of :data:`spag.eval_table.COLUMNS`);
+    ``epoch`` is the model's place in the run (-1 base, 0 M0, e for M(e)), as in
+    the reasoning table. Rates and intervals are recomputed from the counts.
+    """
+    import pandas as pd
+
+    role_order = {r: i for i, r in enumerate((*ROLES, "all"))}
+    rows = []
+    for p in paths:
+        df = _read_tsv(p, "evaluation games table")
+        missing = [c for c in ("model", "role", *EVAL_COUNTS) if c not in df.columns]
+        if missing:
+            raise SpagInputError(f"{p}: missing column(s) {', '.join(missing)}")
+        for _, r in df.iterrows():
+            name = str(r["model"])
+            counts = {c: _num(r[c]) for c in EVAL_COUNTS}
+            if any(math.isnan(v) for v in counts.values()):
+                raise SpagInputError(f"{p}: row of {name} / {r['role']} lacks a count")
+            counts = {c: int(v) for c, v in counts.items()}
+            opponent = r.get("opponent")
+            rows.append(
+                {
+                    "epoch": model_order(name),
+                    "model": name,
+                    "opponent": "" if pd.isna(opponent) else str(opponent),
+                    "role": str(r["role"]),
+                    **counts,
+                    **eval_rates(counts),
+                }
+            )
+    if not rows:
+        raise SpagInputError("no evaluation games table given")
+    df = pd.DataFrame(rows, columns=list(EVAL_COLUMNS))
+    df = df.assign(_role=df["role"].map(role_order)).sort_values(["epoch", "_role"], kind="stable")
+    return df.drop(columns="_role").reset_index(drop=True)

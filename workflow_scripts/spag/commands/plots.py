@@ -5,6 +5,7 @@ Run-wide plots (rule ``plots``)::
     spag plots --output-dir results/plots --summary results/summary/epochs.tsv
         [--reasoning results/summary/reasoning.tsv] [--samples EPOCH_SAMPLES ...]
         [--loss LOSS.tsv ...] [--benchmarks BENCHMARK.tsv ...]
+        [--eval-games results/summary/eval_games.tsv]
 
 One epoch's plots (rule ``epoch_plots``)::
 
@@ -30,6 +31,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--summary", help="all-epoch summary (results/summary/epochs.tsv)")
     p.add_argument("--reasoning", help="long reasoning table (results/summary/reasoning.tsv)")
+    p.add_argument(
+        "--eval-games",
+        help="evaluation games of all models (results/summary/eval_games.tsv): the win-rate "
+        "plot then shows the base model and M0 too",
+    )
     p.add_argument(
         "--samples",
         nargs="*",
@@ -70,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             samples=args.samples,
             losses=args.loss,
             benchmarks=args.benchmarks,
+            eval_games=args.eval_games,
         )
     for path in written:
         log.info("wrote %s", path)

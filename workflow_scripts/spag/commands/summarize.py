@@ -11,6 +11,10 @@ Collect mode (the ``summary_tables`` rule)::
 
     spag summarize --collect --epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv
         [--reasoning REASONING.json [...] --reasoning-output REASONING.tsv]
+        [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv]
+
+In collect mode ``--eval-games`` takes the evaluation games tables of every
+model (base, imitation, epoch<N>), stacked into one table in run order.
 """
 
 from __future__ import annotations
@@ -31,7 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outcomes", help="self-play outcome counts (outcomes.tsv)")
     p.add_argument("--samples", help="training samples (samples.parquet)")
     p.add_argument("--loss", help="training log (loss.tsv)")
-    p.add_argument("--eval-games", help="evaluation games table (eval/games.tsv)")
+    p.add_argument(
+        "--eval-games",
+        nargs="+",
+        help="evaluation games table (epoch mode: the epoch's eval/games.tsv; "
+        "collect mode: the tables of all models)",
+    )
     p.add_argument(
         "--reasoning",
         nargs="+",
@@ -54,12 +63,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--epoch-summaries", nargs="+", default=[], help="per-epoch summary files (collect mode)"
     )
     p.add_argument("--reasoning-output", help="long reasoning table TSV (collect mode)")
+    p.add_argument(
+        "--eval-games-output", help="evaluation games table of all models TSV (collect mode)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from spag.errors import SpagInputError
     from spag.summary import (
         collect_epochs,
+        collect_eval_games,
         collect_reasoning,
         epoch_summary,
         write_summary,
@@ -71,14 +84,22 @@ def run(args: argparse.Namespace) -> int:
             raise SpagInputError("--collect needs --epoch-summaries")
         if bool(args.reasoning) != bool(args.reasoning_output):
             raise SpagInputError("--reasoning and --reasoning-output go together in --collect mode")
-        # Build both tables before writing either: a bad input leaves no output.
+        if bool(args.eval_games) != bool(args.eval_games_output):
+            raise SpagInputError(
+                "--eval-games and --eval-games-output go together in --collect mode"
+            )
+        # Build every table before writing any: a bad input leaves no output.
         epochs = collect_epochs(args.epoch_summaries)
         reasoning = collect_reasoning(args.reasoning) if args.reasoning else None
+        games = collect_eval_games(args.eval_games) if args.eval_games else None
         write_tsv(epochs, args.output)
         log.info("wrote %s: %d epochs", args.output, len(epochs))
         if reasoning is not None:
             write_tsv(reasoning, args.reasoning_output)
             log.info("wrote %s: %d rows", args.reasoning_output, len(reasoning))
+        if games is not None:
+            write_tsv(games, args.eval_games_output)
+            log.info("wrote %s: %d rows", args.eval_games_output, len(games))
         return 0
 
     needed = ("epoch", "outcomes", "samples", "loss", "eval_games", "reasoning", "selfplay")
@@ -89,12 +110,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if len(args.reasoning) != 1:
         raise SpagInputError("epoch mode takes one --reasoning file")
+    if len(args.eval_games) != 1:
+        raise SpagInputError("epoch mode takes one --eval-games file")
     row = epoch_summary(
         args.epoch,
         outcomes=args.outcomes,
         samples=args.samples,
         loss=args.loss,
-        eval_games=args.eval_games,
+        eval_games=args.eval_games[0],
         reasoning=args.reasoning[0],
         selfplay=args.selfplay,
         selfplay_benchmarks=args.selfplay_benchmarks,
@@ -102,13 +125,15 @@ def run(args: argparse.Namespace) -> int:
     write_summary(row, args.output)
     log.info(
         "epoch %d: %d self-play games (%d decisive), %d samples, final loss %.4g, "
-        "eval win rate %.3f, reasoning gmean %.4f",
+        "eval win rate %.3f [%.3f, %.3f], reasoning gmean %.4f",
         args.epoch,
         row["selfplay_games"],
         row["decisive_games"],
         row["samples"],
         row["loss_final"],
         row["eval_win_rate"],
+        row["eval_win_rate_lo"],
+        row["eval_win_rate_hi"],
         row["reasoning_gmean"],
     )
     return 0
