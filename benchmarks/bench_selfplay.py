@@ -50,7 +50,7 @@ def one_by_one(model, tokenizer, words, prompts, max_turns, max_new_tokens, temp
         min_new_tokens=2,
         do_sample=True,
         temperature=temperature,
-        top_k=0,
+        top_k=50,  # as the research code (transformers default) and spag play
         top_p=1.0,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id,

@@ -66,6 +66,8 @@ if TINY_BASE:
 else:
 
     rule base_model:
+        input:
+            gguf=base_model_gguf(),
         output:
             directory(BASE_MODEL),
         log:
@@ -81,6 +83,7 @@ else:
             args=cli_args(
                 revision=config["base_model"]["revision"],
                 trust_remote_code=config["base_model"]["trust_remote_code"],
+                gguf_file=config["base_model"]["gguf_file"],
             ),
         shell:
             "spag prepare-base-model --name-or-path {params.name:q} --output {output:q}"

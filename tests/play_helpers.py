@@ -31,7 +31,7 @@ class ScriptedBackend:
         self.calls: list[dict] = []
 
     def generate(
-        self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed, cache_keys=None
+        self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed, top_k=0, cache_keys=None
     ):
         self.calls.append(
             {

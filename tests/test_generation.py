@@ -7,12 +7,12 @@ import shutil
 import pytest
 from spag.errors import SpagInputError
 from spag.generation.base import (
-    PromptEncoder,
     check_model_dir,
     context_budget,
     derive_seed,
     load_backend,
 )
+from spag.rendering import PromptRenderer
 
 PROMPTS = [
     "The game has just started. You are the attacker.",
@@ -53,7 +53,7 @@ def test_encoder_adds_exactly_one_bos(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    enc = PromptEncoder(tok)
+    enc = PromptRenderer(tok)
     assert enc.bos_id == tok.bos_token_id
     (ids, truncated), (ids2, _) = enc.encode(["hello there", "<s><s>hello there"], 100)
     assert ids[0] == tok.bos_token_id and tok.bos_token_id not in ids[1:]
@@ -65,7 +65,7 @@ def test_encoder_left_truncates_and_keeps_bos(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    enc = PromptEncoder(tok)
+    enc = PromptRenderer(tok)
     text = " ".join(["word"] * 50) + " the end"
     ((full, _),) = enc.encode([text], 10_000)
     ((cut, truncated),) = enc.encode([text], 8)
@@ -88,7 +88,7 @@ def test_encoder_without_bos_tokenizer():
             r.input_ids = [list(range(len(t))) for t in texts] if isinstance(texts, list) else [0]
             return r
 
-    enc = PromptEncoder(NoBos())
+    enc = PromptRenderer(NoBos())
     assert enc.bos_id is None
     assert enc.encode(["abc"], 10) == [([0, 1, 2], False)]
 
@@ -250,3 +250,34 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
         assert b._kv_store == {} and b._kv_stored_bytes == 0  # finished games forgotten
     assert histories[0] == histories[2]
     assert histories[1] == histories[3]
+
+
+def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
+    import torch
+    from spag.generation.hf_backend import HFBackend
+
+    vocab, k, n = 1000, 5, 20_000
+    g = torch.Generator().manual_seed(0)
+    row = torch.randn(vocab, generator=g) * 3
+    logits = row.expand(n, vocab).clone()
+    gen = torch.Generator().manual_seed(1)
+    drawn = HFBackend._pick(logits, 1.0, 1.0, k, gen)
+    top = torch.topk(row, k).indices
+    assert set(drawn.tolist()) == set(top.tolist())  # only the top k, and each of them
+    # Frequencies follow the renormalised top-k distribution.
+    want = torch.softmax(row[top], -1)
+    got = torch.stack([(drawn == t).float().mean() for t in top])
+    assert torch.allclose(got, want, atol=0.015), (got, want)
+    # Without a limit, tokens outside the top k appear.
+    flat = torch.zeros(n, vocab)
+    free = HFBackend._pick(flat, 1.0, 1.0, 0, gen)
+    assert len(set(free.tolist())) > k
+    # top-p after top-k keeps a prefix of the k best.
+    nucleus = HFBackend._pick(logits, 1.0, float(want[0]) - 1e-6, k, gen)
+    assert set(nucleus.tolist()) == {int(top[0])}
+
+
+def test_top_k_of_one_is_greedy_decoding(backend):
+    sampled = _gen(backend, PROMPTS, top_k=1)
+    greedy = _gen(backend, PROMPTS, greedy=True)
+    assert [r.text for r in sampled] == [r.text for r in greedy]

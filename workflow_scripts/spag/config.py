@@ -7,7 +7,9 @@ key; errors name the key path (``selfplay.num_shards``) so a typo fails before a
 from __future__ import annotations
 
 import copy
+import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -71,3 +73,43 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         for key, value in defaults.items():
             config[stage].setdefault(key, value)
     return config
+
+
+def _folder_has_chat_template(folder: Path) -> bool:
+    if any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        tok_config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(tok_config, dict) and tok_config.get("chat_template"))
+
+
+def check_run_inputs(config: dict[str, Any]) -> None:
+    """Checks of a validated config that need files, made before any job runs.
+
+    The base model's GGUF (present, a GGUF, an architecture transformers loads) and,
+    with ``game.prompt_format: chat``, a chat template where it can be known now
+    (a hub model is checked by its first job).
+    """
+    from spag.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file
+
+    base = config["base_model"]
+    name = base["name_or_path"]
+    has_template: bool | None = None
+    if base["gguf_file"]:
+        info = check_gguf(base["gguf_file"])
+        where, has_template = f"base_model.gguf_file ({info.path})", info.chat_template is not None
+    elif name in PACKAGED_MODELS:
+        info = check_gguf(packaged_model_file(name)[0])
+        where, has_template = f"base_model.name_or_path '{name}'", info.chat_template is not None
+    elif name == "tiny":
+        where, has_template = "the embedded tiny model (base_model.name_or_path 'tiny')", False
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+        where, has_template = f"base_model.name_or_path {folder}", _folder_has_chat_template(folder)
+    if config["game"]["prompt_format"] == "chat" and has_template is False:
+        raise SpagInputError(
+            f"key 'game.prompt_format' is 'chat', but the tokenizer of {where} has no chat "
+            "template; use prompt_format 'raw'"
+        )

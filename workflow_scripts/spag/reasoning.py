@@ -159,6 +159,7 @@ def evaluate_model(
     dtype: str = "auto",
     trust_remote_code: bool = False,
     seed: int = 1234,
+    apply_chat_template: bool = False,
 ) -> dict[str, Any]:
     """Run lm-eval's ``simple_evaluate`` on the checkpoint ``model_dir``; return the JSON record.
 
@@ -205,6 +206,8 @@ def evaluate_model(
         device=device,
         limit=limit,
         task_manager=manager,
+        # With game.prompt_format chat, benchmark prompts go through the same template.
+        apply_chat_template=apply_chat_template,
         log_samples=False,
         random_seed=seed,
         numpy_random_seed=seed,
@@ -225,6 +228,7 @@ def evaluate_model(
         "device": device,
         "dtype": dtype,
         "seed": seed,
+        "apply_chat_template": apply_chat_template,
         "elapsed_s": round(elapsed, 3),
     }
     record.update(summarize_results(results))

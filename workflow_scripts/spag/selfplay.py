@@ -24,7 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spag.generation.base import Backend, derive_seed
+from spag.generation.base import DEFAULT_TOP_K, Backend, derive_seed
 from spag.judge import TIE, judge_game
 from spag.tables import EPISODE_FIELDS
 
@@ -89,6 +89,7 @@ class PlaySettings:
     max_new_tokens: int = 256
     temperature: float = 1.2
     top_p: float = 1.0
+    top_k: int = DEFAULT_TOP_K
     greedy: bool = False
     seed: int = 0
 
@@ -183,6 +184,7 @@ def play_games(
                 max_new_tokens=settings.max_new_tokens,
                 temperature=settings.temperature,
                 top_p=settings.top_p,
+                top_k=settings.top_k,
                 greedy=settings.greedy,
                 seed=derive_seed(settings.seed, turn, key),
                 cache_keys=[g.spec.episode_id for g in batch],

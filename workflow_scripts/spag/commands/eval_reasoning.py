@@ -50,6 +50,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=1234, help="lm-eval's seeds (default 1234)")
     p.add_argument(
+        "--apply-chat-template",
+        action="store_true",
+        help="render benchmark prompts with the tokenizer's chat template (prompt_format chat)",
+    )
+    p.add_argument(
         "--trust-remote-code",
         action="store_true",
         help="allow model code from the model folder (off by default)",
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
         seed=args.seed,
+        apply_chat_template=args.apply_chat_template,
     )
     write_record(record, args.output)
     scores = task_scores(record)

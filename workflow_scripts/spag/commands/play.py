@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 from spag.errors import SpagInputError
+from spag.generation.base import DEFAULT_TOP_K
+from spag.rendering import PROMPT_FORMATS
 
 log = logging.getLogger("spag.play")
 
@@ -54,6 +56,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--temperature", type=float, default=1.2, help="default 1.2")
     p.add_argument("--top-p", type=float, default=1.0, help="default 1.0")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=DEFAULT_TOP_K,
+        help=f"sample from the k most likely tokens; 0: no limit (default {DEFAULT_TOP_K}, "
+        "as the research code)",
+    )
+    p.add_argument(
+        "--prompt-format",
+        choices=PROMPT_FORMATS,
+        default="raw",
+        help="raw: the prompt text as it is (paper); chat: through the tokenizer's chat "
+        "template (default raw)",
+    )
     p.add_argument(
         "--greedy",
         action=argparse.BooleanOptionalAction,
@@ -148,6 +164,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpagInputError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     if args.temperature < 0:
         raise SpagInputError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.top_k < 0:
+        raise SpagInputError(f"--top-k must be >= 0 (0: no limit), got {args.top_k}")
     if not 0 < args.top_p <= 1:
         raise SpagInputError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.batch_size is not None and args.batch_size < 1:
@@ -194,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
+        top_k=args.top_k,
         greedy=greedy,
         seed=seed,
     )
@@ -216,7 +235,9 @@ def run(args: argparse.Namespace) -> int:
         len(specs),
         seed,
         args.backend,
-        "greedy" if greedy else f"temperature {args.temperature}, top-p {args.top_p}",
+        "greedy"
+        if greedy
+        else f"temperature {args.temperature}, top-k {args.top_k}, top-p {args.top_p}",
     )
 
     if args.threads is not None:
@@ -231,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             max_length=args.max_length,
             dtype=args.dtype,
+            prompt_format=args.prompt_format,
             trust_remote_code=args.trust_remote_code,
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=share,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from spag.rendering import PROMPT_FORMATS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="reference model folder")
@@ -12,6 +14,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-length", type=int, default=2048, help="same value as training's")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument(
+        "--prompt-format", choices=PROMPT_FORMATS, default="raw", help="same value as training's"
+    )
     p.add_argument("--trust-remote-code", action="store_true")
 
 
@@ -26,5 +31,6 @@ def run(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
+        prompt_format=args.prompt_format,
     )
     return 0

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from spag.rendering import PROMPT_FORMATS
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", required=True, choices=["sft_kl", "offline_po"])
@@ -56,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--logging-steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument(
+        "--prompt-format",
+        choices=PROMPT_FORMATS,
+        default="raw",
+        help="raw or chat: how queries are rendered (the same as in play; default raw)",
+    )
     p.add_argument("--trust-remote-code", action="store_true")
 
 
@@ -92,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             logging_steps=args.logging_steps,
             seed=args.seed,
             group_by_length=args.group_by_length,
+            prompt_format=args.prompt_format,
             trust_remote_code=args.trust_remote_code,
             keep_checkpoints=args.keep_checkpoints,
         )

@@ -2,9 +2,10 @@
 
 The game loop (``spag.selfplay``) is the only caller. A backend takes finished
 prompt texts and returns one :class:`Reply` per prompt, in order. Both backends
-encode prompts the same way (:class:`PromptEncoder`): exactly one BOS where the
-tokenizer uses one, and left truncation to the prompt budget, so that a game
-played with ``hf`` or ``vllm`` sees the same token ids.
+render and encode prompts the same way (:class:`spag.rendering.PromptRenderer`,
+shared with training and scoring): the raw or chat rendering, exactly one BOS
+where the tokenizer uses one, and left truncation to the prompt budget, so that
+a game played with ``hf`` or ``vllm`` sees the same token ids as training.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from spag.errors import SpagInputError
 BACKENDS = ("hf", "vllm")
 # No reply may be empty of tokens: EOS is forbidden for the first tokens.
 MIN_NEW_TOKENS = 2
+# Sampling as the research code: transformers' default top-k of 50 (0 turns it off).
+DEFAULT_TOP_K = 50
 # Files any one of which makes a folder carry its tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 
@@ -50,6 +53,7 @@ class Backend(Protocol):
         max_new_tokens: int,
         temperature: float,
         top_p: float,
+        top_k: int,
         greedy: bool,
         seed: int,
         cache_keys: list[str] | None = None,
@@ -105,46 +109,6 @@ def model_max_positions(model_dir: str | Path) -> int | None:
     return None
 
 
-class PromptEncoder:
-    """Prompt text -> token ids: exactly one leading BOS (if the tokenizer uses one), left-truncated.
-
-    A prompt longer than its budget (BOS included) keeps BOS and its last tokens:
-    the most recent messages and the instruction, as the research code's left truncation.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        bos = tokenizer.bos_token_id
-        # Use BOS exactly when the tokenizer itself would put one in front of a text.
-        probe = tokenizer("a").input_ids
-        self.bos_id: int | None = bos if bos is not None and probe and probe[0] == bos else None
-
-    def encode(self, prompts: list[str], max_prompt_tokens: int) -> list[tuple[list[int], bool]]:
-        """Return ``(ids, truncated)`` per prompt."""
-        if max_prompt_tokens < 2:
-            raise SpagInputError(
-                f"prompt budget of {max_prompt_tokens} tokens is too small:"
-                " raise --max-length or lower --max-new-tokens"
-            )
-        if not prompts:
-            return []
-        raw = self.tokenizer(prompts, add_special_tokens=False).input_ids
-        budget = max_prompt_tokens - (1 if self.bos_id is not None else 0)
-        out = []
-        for ids in raw:
-            ids = list(ids)
-            # A prompt text that starts with the BOS string must not give a second BOS.
-            while self.bos_id is not None and ids and ids[0] == self.bos_id:
-                ids.pop(0)
-            truncated = len(ids) > budget
-            if truncated:
-                ids = ids[len(ids) - budget :]
-            if self.bos_id is not None:
-                ids = [self.bos_id, *ids]
-            out.append((ids, truncated))
-        return out
-
-
 def context_budget(model_dir: str | Path, max_length: int | None) -> int:
     """Prompt + reply token budget: ``max_length`` (default 2048), capped by the model's context."""
     import logging
@@ -166,13 +130,12 @@ def context_budget(model_dir: str | Path, max_length: int | None) -> int:
     return wanted
 
 
-def eos_token_ids(tokenizer: Any, model_dir: str | Path) -> list[int]:
-    """All token ids that end a reply: the tokenizer's EOS and the generation config's."""
+def stop_token_ids(renderer: Any, model_dir: str | Path) -> list[int]:
+    """All token ids that end a reply: the rendering's end token (EOS or end of turn),
+    the tokenizer's EOS and the generation config's."""
     import json
 
-    ids: list[int] = []
-    if tokenizer.eos_token_id is not None:
-        ids.append(int(tokenizer.eos_token_id))
+    ids: list[int] = list(renderer.stop_ids())
     gen_path = Path(model_dir) / "generation_config.json"
     if gen_path.is_file():
         try:
@@ -182,15 +145,13 @@ def eos_token_ids(tokenizer: Any, model_dir: str | Path) -> list[int]:
         for v in value if isinstance(value, list) else [value]:
             if isinstance(v, int) and v not in ids:
                 ids.append(v)
-    if not ids:
-        raise SpagInputError(f"{model_dir}: the tokenizer has no EOS token; replies could not end")
     return ids
 
 
 def load_backend(name: str, model_dir: str | Path, **opts: Any) -> Backend:
     """Load the backend ``name`` (``hf`` or ``vllm``) for the checkpoint in ``model_dir``.
 
-    ``opts`` go to the backend's constructor (``max_length``, ``max_new_tokens``,
+    ``opts`` go to the backend's constructor (``max_length``, ``prompt_format``,
     ``batch_size``, ``dtype``, ``trust_remote_code``, ``tensor_parallel_size``, ...).
     """
     model_dir = check_model_dir(model_dir)

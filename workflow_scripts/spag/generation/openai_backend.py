@@ -7,12 +7,14 @@ TGI). Standard library only (urllib): no client package to install.
 An endpoint is named by a spec string::
 
     openai:http://host:8000/v1?model=NAME[&api=completions|chat][&timeout=60][&retries=3]
-        [&workers=4][&key_env=OPENAI_API_KEY]
+        [&workers=4][&key_env=OPENAI_API_KEY][&top_k=on|off]
 
 ``api=completions`` (default) posts the play prompt as it is to ``/completions``;
 ``api=chat`` sends it as one user message to ``/chat/completions``. The API key,
 if the server needs one, is read from the environment variable ``key_env``
 (default ``OPENAI_API_KEY``); it is never written to logs or episodes.
+Sampled requests carry ``top_k`` (vLLM, llama.cpp and TGI servers take it);
+``top_k=off`` leaves it out for servers that refuse unknown fields (OpenAI's).
 
 A request that times out, fails to connect, or gets HTTP 429 / 5xx is retried
 with exponential back-off; when every attempt failed, :class:`EndpointError`
@@ -58,6 +60,7 @@ class EndpointSpec:
     retries: int = 3
     workers: int = 4
     key_env: str = "OPENAI_API_KEY"
+    send_top_k: bool = True
 
     @property
     def url(self) -> str:
@@ -81,7 +84,7 @@ def parse_spec(spec: str) -> EndpointSpec:
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise SpagInputError(f"endpoint '{spec}': the URL must start with http:// or https://")
     query = dict(urllib.parse.parse_qsl(parsed.query, keep_blank_values=True))
-    known = {"model", "api", "timeout", "retries", "workers", "key_env"}
+    known = {"model", "api", "timeout", "retries", "workers", "key_env", "top_k"}
     unknown = sorted(set(query) - known)
     if unknown:
         raise SpagInputError(
@@ -98,6 +101,9 @@ def parse_spec(spec: str) -> EndpointSpec:
         workers = int(query.get("workers", 4))
     except ValueError as exc:
         raise SpagInputError(f"endpoint '{spec}': bad number in the options: {exc}") from exc
+    top_k = query.get("top_k", "on")
+    if top_k not in ("on", "off"):
+        raise SpagInputError(f"endpoint '{spec}': top_k={top_k} (choose on or off)")
     if timeout <= 0 or retries < 0 or workers < 1:
         raise SpagInputError(f"endpoint '{spec}': timeout > 0, retries >= 0, workers >= 1 needed")
     base = urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, parsed.path, "", ""))
@@ -109,6 +115,7 @@ def parse_spec(spec: str) -> EndpointSpec:
         retries=retries,
         workers=workers,
         key_env=query.get("key_env", "OPENAI_API_KEY"),
+        send_top_k=top_k == "on",
     )
 
 
@@ -133,7 +140,13 @@ class OpenAIBackend:
 
     # -------------------------------------------------------------- requests
     def _payload(
-        self, prompt: str, max_new_tokens: int, temperature: float, top_p: float, seed: int
+        self,
+        prompt: str,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int,
+        top_k: int = 0,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.spec.model,
@@ -143,6 +156,8 @@ class OpenAIBackend:
             "seed": int(seed),
             "n": 1,
         }
+        if top_k > 0 and temperature > 0 and self.spec.send_top_k:
+            body["top_k"] = int(top_k)
         if self.spec.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
@@ -222,6 +237,7 @@ class OpenAIBackend:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
+        top_k: int = 0,
         greedy: bool,
         seed: int,
         cache_keys: list[str] | None = None,
@@ -235,7 +251,9 @@ class OpenAIBackend:
         temp = 0.0 if greedy else temperature
 
         def one(i: int) -> Reply:
-            body = self._payload(prompts[i], max_new_tokens, temp, top_p, derive_seed(seed, i))
+            body = self._payload(
+                prompts[i], max_new_tokens, temp, top_p, derive_seed(seed, i), top_k
+            )
             return self._reply(self._post(body))
 
         with ThreadPoolExecutor(max_workers=min(self.spec.workers, len(prompts))) as pool:

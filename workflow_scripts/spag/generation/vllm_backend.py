@@ -1,7 +1,7 @@
 """The ``vllm`` backend: one vLLM engine per job, continuous batching on the GPU.
 
-Kept thin on purpose: prompts are encoded by the shared :class:`PromptEncoder`
-(one BOS, left truncation) and handed to vLLM as token ids, so that ``hf`` and
+Kept thin on purpose: prompts are rendered and encoded by the shared
+:class:`spag.rendering.PromptRenderer` (raw or chat, one BOS, left truncation) and handed to vLLM as token ids, so that ``hf`` and
 ``vllm`` games see the same inputs. Each request gets its own seed derived from
 the call's seed, which makes a game's sampling independent of what else runs in
 the batch. vLLM is imported only here, and only when this backend is chosen.
@@ -14,12 +14,12 @@ from pathlib import Path
 from spag.errors import SpagInputError
 from spag.generation.base import (
     MIN_NEW_TOKENS,
-    PromptEncoder,
     Reply,
     context_budget,
     derive_seed,
-    eos_token_ids,
+    stop_token_ids,
 )
+from spag.rendering import PromptRenderer
 
 
 class VLLMBackend:
@@ -34,6 +34,7 @@ class VLLMBackend:
         batch_size: int | None = None,
         max_length: int | None = None,
         dtype: str = "auto",
+        prompt_format: str = "raw",
         trust_remote_code: bool = False,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
@@ -53,8 +54,8 @@ class VLLMBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(
             model_dir, trust_remote_code=trust_remote_code
         )
-        self.encoder = PromptEncoder(self.tokenizer)
-        self.eos_ids = eos_token_ids(self.tokenizer, model_dir)
+        self.encoder = PromptRenderer(self.tokenizer, prompt_format, source=str(model_dir))
+        self.eos_ids = stop_token_ids(self.encoder, model_dir)
         engine_opts = dict(
             model=str(model_dir),
             tokenizer=str(model_dir),
@@ -78,6 +79,7 @@ class VLLMBackend:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
+        top_k: int = 0,
         greedy: bool,
         seed: int,
         cache_keys: list[str] | None = None,
@@ -93,6 +95,8 @@ class VLLMBackend:
                 n=1,
                 temperature=float(temperature) if sample else 0.0,
                 top_p=float(top_p) if sample else 1.0,
+                # vLLM: 0 or -1 means no top-k filter.
+                top_k=int(top_k) if sample and top_k > 0 else 0,
                 max_tokens=int(max_new_tokens),
                 min_tokens=min(MIN_NEW_TOKENS, int(max_new_tokens)),
                 stop_token_ids=self.eos_ids,

@@ -1,6 +1,8 @@
 """Tokenisation, masking, padding and length grouping of training samples (DESIGN section 4).
 
-A sample becomes ``[BOS] + query + target + [EOS]``; only the target tokens and the
+A sample becomes ``[BOS] + query + target + [EOS]`` (BOS where the tokenizer uses one;
+with ``prompt_format: chat`` the query is the chat rendering and EOS the template's
+end-of-turn token, see :mod:`spag.rendering`); only the target tokens and the
 final EOS are learned (query, BOS and padding carry the label ``IGNORE_INDEX``).
 Query and target are tokenised separately, so the boundary between them is exact and
 matches generation, where the model continues the tokenised prompt.
@@ -23,6 +25,7 @@ import pyarrow as pa
 import torch
 
 from spag.errors import SpagInputError
+from spag.rendering import PromptRenderer
 from spag.tables import REF_LOGPROB_FIELD, SAMPLE_FIELDS, require_columns
 from spag.training.losses import IGNORE_INDEX
 
@@ -70,29 +73,30 @@ def encode_pairs(
     queries: Sequence[str],
     targets: Sequence[str],
     max_length: int,
+    prompt_format: str = "raw",
 ) -> tuple[list[tuple[list[int], int] | None], SkipReport]:
     """Encode (query, target) pairs as ``(input_ids, target_start)``, or None when skipped.
 
-    ``target_start`` is the index in ``input_ids`` of the first learned token.
+    ``target_start`` is the index in ``input_ids`` of the first learned token. The
+    query is rendered and encoded exactly as ``spag play`` encodes a prompt
+    (:class:`spag.rendering.PromptRenderer`); the target ends with the reply's end token.
     """
     if max_length < 3:
         raise SpagInputError(
             f"max_length must be at least 3 (BOS, one token, EOS), got {max_length}"
         )
-    bos = [] if tokenizer.bos_token_id is None else [int(tokenizer.bos_token_id)]
-    if tokenizer.eos_token_id is None:
-        raise SpagInputError("the tokenizer has no EOS token; a target could not be terminated")
-    eos = [int(tokenizer.eos_token_id)]
-    q_ids = tokenizer(list(queries), add_special_tokens=False)["input_ids"]
-    t_ids = tokenizer(list(targets), add_special_tokens=False)["input_ids"]
+    renderer = PromptRenderer(tokenizer, prompt_format)
     report = SkipReport()
     out: list[tuple[list[int], int] | None] = []
-    for row, (target, q, t) in enumerate(zip(targets, q_ids, t_ids, strict=True)):
-        if not target.strip() or not t:
+    for row, pair in enumerate(renderer.encode_pairs(queries, targets)):
+        if pair is None:
             report.add(SKIP_EMPTY_TARGET, row)
             out.append(None)
             continue
-        room = max_length - len(bos) - len(t) - len(eos)
+        q, t = pair
+        n_lead = 0 if renderer.bos_id is None else 1
+        lead, q = q[:n_lead], q[n_lead:]
+        room = max_length - n_lead - len(t)
         if room < 0:
             report.add(SKIP_TARGET_TOO_LONG, row)
             out.append(None)
@@ -100,8 +104,7 @@ def encode_pairs(
         if len(q) > room:
             q = q[len(q) - room :] if room > 0 else []
             report.truncated += 1
-        ids = bos + list(q) + list(t) + eos
-        out.append((ids, len(bos) + len(q)))
+        out.append((lead + q + t, n_lead + len(q)))
     return out, report
 
 
@@ -140,6 +143,7 @@ def build_features(
     max_length: int,
     path: str | os.PathLike,
     with_ref: bool,
+    prompt_format: str = "raw",
 ) -> tuple[list[dict], SkipReport]:
     """Encode a checked sample table into per-sample feature dicts (skips counted and logged).
 
@@ -152,7 +156,7 @@ def build_features(
     rewards = table.column("reward").to_pylist()
     weights = table.column("weight").to_pylist()
     refs = table.column("ref_logprob").to_pylist() if with_ref else None
-    encoded, report = encode_pairs(tokenizer, queries, targets, max_length)
+    encoded, report = encode_pairs(tokenizer, queries, targets, max_length, prompt_format)
     report.log(str(path))
     features = []
     for row, enc in enumerate(encoded):
@@ -235,16 +239,31 @@ class SampleCollator:
 class LengthGroupedSampler(torch.utils.data.Sampler):
     """Shuffled order in which every run of ``batch_size`` indices has similar lengths.
 
-    Indices are shuffled, cut into groups of ``group_size``, sorted by length inside a
-    group and cut into batches; the batches are then shuffled as wholes. The order
-    depends only on ``seed`` and the epoch, so a resumed run sees the same data order.
-    Consecutive batches go to different ranks under data parallelism, each still uniform.
+    Indices are shuffled and cut into groups of ``group_size``; inside a group the samples
+    are sorted by length and cut into batches; the batches are then shuffled as wholes.
+    The order depends only on ``seed`` and the epoch, so a resumed run sees the same data
+    order. Consecutive batches go to different ranks under data parallelism.
+
+    With ``is_sft`` the grouping is stratified by type: a group keeps the SFT/game pattern
+    of its shuffled slots, and each type's samples, sorted by length, fill that type's
+    slots. Every batch thus holds the mix of SFT and game samples that a random batch would
+    (the batch compositions are exactly those of cutting the shuffled indices), which the
+    SPAG loss needs since it divides each term by its count in the batch; sorting by length
+    alone would make most batches all-SFT or all-game when the two types differ in length.
     """
 
     def __init__(
-        self, lengths: Sequence[int], batch_size: int, seed: int = 0, group_size: int | None = None
+        self,
+        lengths: Sequence[int],
+        batch_size: int,
+        seed: int = 0,
+        group_size: int | None = None,
+        is_sft: Sequence[bool] | None = None,
     ):
         self.lengths = list(lengths)
+        if is_sft is not None and len(is_sft) != len(self.lengths):
+            raise ValueError(f"is_sft has {len(is_sft)} flags for {len(self.lengths)} samples")
+        self.is_sft = None if is_sft is None else [bool(s) for s in is_sft]
         self.batch_size = max(1, batch_size)
         size = group_size or max(64 * self.batch_size, 256)
         # A whole number of batches per group: batch boundaries stay where the loader cuts.
@@ -266,15 +285,31 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         perm = torch.randperm(len(self.lengths), generator=g).tolist()
         batches: list[list[int]] = []
         for start in range(0, len(perm), self.group_size):
-            group = sorted(perm[start : start + self.group_size], key=lambda i: -self.lengths[i])
+            group = self._fill_by_length(perm[start : start + self.group_size])
             batches.extend(
                 group[j : j + self.batch_size] for j in range(0, len(group), self.batch_size)
             )
-        # Only whole batches move, so each stays uniform in length; a short last batch
-        # stays last so that the loader's batch boundaries match ours.
+        # Only whole batches move, so each keeps its lengths and its mix; a short last
+        # batch stays last so that the loader's batch boundaries match ours.
         tail = [batches.pop()] if batches and len(batches[-1]) < self.batch_size else []
         shuffled = torch.randperm(len(batches), generator=g).tolist()
         return [i for b in [*(batches[k] for k in shuffled), *tail] for i in b]
+
+    def _fill_by_length(self, slots: list[int]) -> list[int]:
+        """The samples of ``slots``, longest first within each type, in that type's slots."""
+        kinds = [False] * len(slots) if self.is_sft is None else [self.is_sft[i] for i in slots]
+        longest_first = {
+            kind: iter(
+                sorted(
+                    (i for i, k in zip(slots, kinds, strict=True) if k == kind),
+                    key=lambda i: -self.lengths[i],
+                )
+            )
+            for kind in set(kinds)
+        }
+        # Each type walks its sorted list through its own slots, so the rows of one type in
+        # a batch are neighbours in length, and long rows of both types share batches.
+        return [next(longest_first[k]) for k in kinds]
 
 
 def padding_fraction(lengths: Sequence[int], order: Sequence[int], batch_size: int) -> float:

@@ -68,6 +68,7 @@ class TrainConfig:
     logging_steps: int = 1
     seed: int = 42
     group_by_length: bool = True
+    prompt_format: str = "raw"
     trust_remote_code: bool = False
     keep_checkpoints: bool = False
 
@@ -298,7 +299,7 @@ def train(cfg: TrainConfig) -> Path:
     from spag.training.scoring import check_reference, model_identity
 
     table = check_sample_table(read_parquet(cfg.samples, "samples"), cfg.samples, need_ref=True)
-    check_reference(table, cfg.samples, ref_dir, cfg.max_length)
+    check_reference(table, cfg.samples, ref_dir, cfg.max_length, cfg.prompt_format)
 
     # The arguments come before the model: with ZeRO-3 they make from_pretrained
     # partition the weights as they load.
@@ -322,7 +323,14 @@ def train(cfg: TrainConfig) -> Path:
         trust_remote_code=cfg.trust_remote_code,
     )
     model.config.use_cache = False
-    features, _report = build_features(table, tokenizer, cfg.max_length, cfg.samples, with_ref=True)
+    features, _report = build_features(
+        table,
+        tokenizer,
+        cfg.max_length,
+        cfg.samples,
+        with_ref=True,
+        prompt_format=cfg.prompt_format,
+    )
     dataset = SampleDataset(features)
     work_log = Path(cfg.checkpoint_dir) / WORK_LOSS_LOG
     trainer = SpagTrainer(
@@ -337,6 +345,7 @@ def train(cfg: TrainConfig) -> Path:
         clip_eps=cfg.clip_eps,
         group_by_length=cfg.group_by_length,
         lengths=dataset.lengths,
+        is_sft=[f["is_sft"] for f in features],
     )
     if resume is not None:
         log.info("resuming from %s", resume)

@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 META_IDENTITY = b"spag.ref_model_identity"
 META_PATH = b"spag.ref_model_path"
 META_MAX_LENGTH = b"spag.ref_max_length"
+META_PROMPT_FORMAT = b"spag.ref_prompt_format"
 META_DTYPE = b"spag.ref_dtype"
 
 # Files that decide what a model computes on a given text (weights are covered by
@@ -178,6 +179,7 @@ def score_file(
     max_length: int = 2048,
     dtype: str = "float32",
     trust_remote_code: bool = False,
+    prompt_format: str = "raw",
 ) -> pa.Table:
     """Add ``ref_logprob`` under ``model_dir`` to the sample table and write it atomically.
 
@@ -196,7 +198,9 @@ def score_file(
     model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
-    features, report = build_features(table, tokenizer, max_length, samples, with_ref=False)
+    features, report = build_features(
+        table, tokenizer, max_length, samples, with_ref=False, prompt_format=prompt_format
+    )
     scores = score_features(model, features, pad_token_id(tokenizer), batch_size, device)
     column: list[float | None] = [None] * table.num_rows
     for f, s in zip(features, scores, strict=True):
@@ -211,6 +215,7 @@ def score_file(
             META_PATH: str(Path(model_dir)).encode(),
             META_MAX_LENGTH: str(max_length).encode(),
             META_DTYPE: dtype.encode(),
+            META_PROMPT_FORMAT: prompt_format.encode(),
         }
     )
     table = table.replace_schema_metadata(meta)
@@ -234,14 +239,19 @@ def reference_metadata(table: pa.Table) -> dict[str, str]:
         META_PATH: "path",
         META_MAX_LENGTH: "max_length",
         META_DTYPE: "dtype",
+        META_PROMPT_FORMAT: "prompt_format",
     }
     return {name: meta[k].decode() for k, name in keys.items() if k in meta}
 
 
 def check_reference(
-    table: pa.Table, path: str | os.PathLike, ref_model_dir: str | os.PathLike, max_length: int
+    table: pa.Table,
+    path: str | os.PathLike,
+    ref_model_dir: str | os.PathLike,
+    max_length: int,
+    prompt_format: str = "raw",
 ) -> dict[str, str]:
-    """Refuse scores made under another model or another max_length than training's."""
+    """Refuse scores made under another model, max_length or prompt format than training's."""
     meta = reference_metadata(table)
     if "identity" not in meta:
         raise SpagInputError(
@@ -259,5 +269,10 @@ def check_reference(
         raise SpagInputError(
             f"{path}: 'ref_logprob' was computed with max_length {meta['max_length']}, "
             f"training uses {max_length}"
+        )
+    if meta.get("prompt_format", "raw") != prompt_format:
+        raise SpagInputError(
+            f"{path}: 'ref_logprob' was computed with prompt format {meta['prompt_format']}, "
+            f"training uses {prompt_format}"
         )
     return meta

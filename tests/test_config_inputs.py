@@ -1,0 +1,60 @@
+"""Configuration errors caught before any job runs: sampling, prompt format, GGUF inputs."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from conftest import REPO
+from spag.config import check_run_inputs, validate_config
+from spag.errors import SpagInputError
+
+BASE = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def _config(**sections):
+    cfg = copy.deepcopy(BASE)
+    for section, values in sections.items():
+        cfg.setdefault(section, {}).update(values)
+    return validate_config(cfg)
+
+
+def test_defaults_sample_as_the_reference():
+    cfg = _config()
+    assert cfg["selfplay"]["top_k"] == 50 and cfg["game"]["prompt_format"] == "raw"
+    paper = yaml.safe_load((REPO / "configs/paper-llama2-7b.yaml").read_text())
+    assert paper["selfplay"]["top_k"] == 50 and paper["selfplay"]["temperature"] == 1.2
+
+
+def test_negative_top_k_names_the_key():
+    with pytest.raises(SpagInputError, match=r"key 'selfplay.top_k'"):
+        _config(selfplay={"top_k": -1})
+
+
+def test_chat_with_the_tiny_model_is_refused_before_any_job():
+    with pytest.raises(SpagInputError, match=r"game.prompt_format.*no chat template"):
+        check_run_inputs(_config(game={"prompt_format": "chat"}))
+
+
+def test_chat_with_a_local_folder_without_template_is_refused(tiny_model_dir):
+    cfg = _config(game={"prompt_format": "chat"}, base_model={"name_or_path": str(tiny_model_dir)})
+    with pytest.raises(SpagInputError, match=str(tiny_model_dir)):
+        check_run_inputs(cfg)
+
+
+def test_missing_or_corrupt_gguf_is_refused_before_any_job(tmp_path):
+    with pytest.raises(SpagInputError, match="GGUF file not found: .*nope.gguf"):
+        check_run_inputs(_config(base_model={"gguf_file": str(tmp_path / "nope.gguf")}))
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("hello")
+    with pytest.raises(SpagInputError, match="bad.gguf: not a GGUF file"):
+        check_run_inputs(_config(base_model={"gguf_file": str(bad)}))
+
+
+def test_the_packaged_model_with_chat_passes():
+    check_run_inputs(
+        _config(
+            base_model={"name_or_path": "smollm2-135m-instruct"}, game={"prompt_format": "chat"}
+        )
+    )
