@@ -311,6 +311,7 @@ def play_args():
         max_length=s["max_length"],
         dtype=s["dtype"],
         tensor_parallel_size=s["tensor_parallel_size"],
+        kv_reuse_gib=s["kv_reuse_gib"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
     )
 
@@ -326,6 +327,7 @@ def eval_play_args():
         max_length=s["max_length"],
         dtype=s["dtype"],
         tensor_parallel_size=s["tensor_parallel_size"],
+        kv_reuse_gib=s["kv_reuse_gib"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
         greedy=True,
     )

@@ -90,6 +90,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm (default 1)")
     p.add_argument(
+        "--kv-reuse-gib",
+        type=float,
+        default=2.0,
+        help="hf: memory for keys/values kept between a game's turns, so that the next "
+        "prompt computes only its new tokens (default 2 GiB; 0 turns reuse off)",
+    )
+    p.add_argument(
         "--gpu-memory-utilization",
         type=float,
         default=0.9,
@@ -172,6 +179,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpagInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.games_per_word < 1:
         raise SpagInputError(f"--games-per-word must be at least 1, got {args.games_per_word}")
+    if args.kv_reuse_gib < 0:
+        raise SpagInputError(f"--kv-reuse-gib must be >= 0, got {args.kv_reuse_gib}")
     if args.threads is not None and args.threads < 1:
         raise SpagInputError(f"--threads must be at least 1, got {args.threads}")
     if args.opponent and args.games_per_word != 1:
@@ -256,6 +265,7 @@ def run(args: argparse.Namespace) -> int:
             trust_remote_code=args.trust_remote_code,
             tensor_parallel_size=args.tensor_parallel_size,
             gpu_memory_utilization=share,
+            reuse_kv_bytes=int(args.kv_reuse_gib * 1024**3),
             seed=seed,
         )
         backends[POLICY] = load_backend(args.backend, args.model, **opts)

@@ -1,0 +1,101 @@
+"""A real pretrained model through the whole loop: wall time from nothing and the run's results.
+
+Runs ``snakemake spag_epoch3 --configfile configs/smollm2-135m.yaml`` in a fresh copy of
+the workflow (goal: 60 minutes or less on a 2-core CPU), then ``snakemake all`` for the
+summary tables and plots, and copies those under ``--results`` with a Markdown record
+(command, date, load, seconds per step, outcome and evaluation tables).
+
+Usage: python benchmarks/bench_real_model.py [--config configs/smollm2-135m.yaml]
+           [--workdir DIR] [--results benchmarks/results/smollm2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_workflow import per_rule_seconds, timed  # noqa: E402
+from workflow_utils import job_counts, make_workdir  # noqa: E402
+
+
+def _tsv_as_markdown(path: Path, columns: list[str] | None = None) -> list[str]:
+    rows = [line.split("\t") for line in path.read_text().splitlines() if line]
+    header, body = rows[0], rows[1:]
+    keep = [header.index(c) for c in columns if c in header] if columns else range(len(header))
+    out = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "---|" * len(keep)]
+    out += ["| " + " | ".join(r[i] for i in keep) + " |" for r in body]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(REPO / "configs" / "smollm2-135m.yaml"))
+    ap.add_argument("--workdir", default=None, help="run folder (default: a new temporary one)")
+    ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "smollm2"))
+    args = ap.parse_args()
+    overlay = yaml.safe_load(Path(args.config).read_text())
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spag-real-"))
+    if workdir.exists() and any(workdir.glob("results/*")):
+        sys.exit(f"{workdir}: holds an earlier run; the benchmark starts from nothing")
+    wd = make_workdir(workdir, overlay)
+    load = os.getloadavg()[0]
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    secs, cpu, res = timed(wd, "spag_epoch3", timeout=3 * 3600)
+    jobs = sum(job_counts(res.stdout + res.stderr).values())
+    print(f"spag_epoch3: {secs / 60:.1f} min ({jobs} jobs) in {wd}")
+    secs_all, _, _ = timed(wd, "all", timeout=3600)
+
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted((wd / "results" / "summary").glob("*.tsv")):
+        shutil.copy(f, out / f.name)
+    for f in sorted((wd / "results" / "plots").glob("*.png")):
+        shutil.copy(f, out / f.name)
+    for e in range(1, overlay.get("epochs", 3) + 1):
+        shutil.copy(wd / f"results/epoch{e}/outcomes.tsv", out / f"outcomes_epoch{e}.tsv")
+    name = Path(args.config).name
+    lines = [
+        f"# `{name}` from nothing",
+        "",
+        f"Started {started}; machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; load average at the start {load:.1f}.",
+        f"Command: `python benchmarks/bench_real_model.py --config configs/{name}`, which runs "
+        f"`snakemake spag_epoch3 --configfile configs/{name}` in a fresh copy of the workflow.",
+        "",
+        f"**spag_epoch3: {secs / 60:.1f} min wall** ({jobs} jobs, {cpu / 60:.1f} min CPU over "
+        f"all jobs; goal: 60 min or less); `snakemake all` afterwards (tables, plots): "
+        f"{secs_all:.0f} s.",
+        "",
+        "Seconds per step, summed over its jobs (Snakemake benchmark files):",
+        "",
+        "| step | seconds |",
+        "|---|---:|",
+    ]
+    for key, value in sorted(per_rule_seconds(wd).items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {key} | {value:.1f} |")
+    lines += ["", "## Evaluation games against M0 (95% Wilson intervals)", ""]
+    cols = ["model", "role", "games", "win_rate", "win_rate_lo", "win_rate_hi"]
+    cols += ["tie_rate", "broke_rules_rate", "broke_rules_rate_lo", "broke_rules_rate_hi"]
+    lines += _tsv_as_markdown(out / "eval_games.tsv", cols)
+    lines += ["", "## Self-play outcomes per epoch", ""]
+    for e in range(1, overlay.get("epochs", 3) + 1):
+        lines += [f"Epoch {e}:", ""] + _tsv_as_markdown(out / f"outcomes_epoch{e}.tsv") + [""]
+    lines += ["## Reasoning", ""] + _tsv_as_markdown(out / "reasoning.tsv") + [""]
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}/README.md")
+
+
+if __name__ == "__main__":
+    main()
