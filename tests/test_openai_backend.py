@@ -226,3 +226,15 @@ def test_spag_play_uses_an_endpoint_opponent(endpoint, tiny_model_dir, tmp_path)
                  for r in rows}  # fmt: skip
     assert opponents == {parse_spec(endpoint.spec()).model}
     assert len(endpoint.requests) == 4
+
+
+def test_top_k_is_sent_when_sampling_unless_turned_off(endpoint):
+    backend = OpenAIBackend(endpoint.spec())
+    _generate(backend, ["a"], greedy=False, top_k=50)
+    _generate(backend, ["b"], greedy=True, top_k=50)
+    off = OpenAIBackend(endpoint.spec(top_k="off"))
+    _generate(off, ["c"], greedy=False, top_k=50)
+    sent = {r["prompt"]: r.get("top_k") for r in endpoint.requests}
+    assert sent == {"a": 50, "b": None, "c": None}
+    with pytest.raises(SpagInputError, match="top_k=maybe"):
+        parse_spec(endpoint.spec(top_k="maybe"))

@@ -1,0 +1,58 @@
+"""What the vllm backend asks vLLM for, checked on CPU with a stand-in ``vllm`` module:
+token prompts from the shared renderer, and the sampling settings of the reference."""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+
+import pytest
+
+
+@dataclass
+class _Completion:
+    text: str = " ok "
+    token_ids: list = field(default_factory=lambda: [5, 6])
+    finish_reason: str = "stop"
+
+
+class _FakeLLM:
+    last: dict = {}
+
+    def __init__(self, **opts):
+        _FakeLLM.last = {"engine": opts}
+
+    def generate(self, requests, params, use_tqdm=False):
+        _FakeLLM.last.update(requests=requests, params=params)
+        return [types.SimpleNamespace(outputs=[_Completion()]) for _ in requests]
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.LLM = _FakeLLM
+    module.SamplingParams = lambda **kw: kw  # the keyword arguments are the request
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    return module
+
+
+def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model_dir):
+    from spag.generation import load_backend
+    from spag.rendering import PromptRenderer
+    from transformers import AutoTokenizer
+
+    backend = load_backend("vllm", tiny_model_dir, max_length=256)
+    opts = dict(max_new_tokens=16, temperature=1.2, top_p=1.0, seed=3)
+    replies = backend.generate(["hi there", "a river"], top_k=50, greedy=False, **opts)
+    assert [r.text for r in replies] == ["ok", "ok"]
+    params = _FakeLLM.last["params"]
+    assert [p["top_k"] for p in params] == [50, 50]
+    assert all(p["temperature"] == 1.2 and p["min_tokens"] == 2 for p in params)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    expected = [ids for ids, _ in PromptRenderer(tok, "raw").encode(["hi there", "a river"], 240)]
+    assert [r["prompt_token_ids"] for r in _FakeLLM.last["requests"]] == expected
+
+    backend.generate(["hi there"], top_k=50, greedy=True, **opts)
+    (greedy,) = _FakeLLM.last["params"]
+    assert greedy["temperature"] == 0.0 and greedy["top_k"] == 0  # no filter when greedy
