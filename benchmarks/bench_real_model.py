@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_workflow import per_rule_seconds, timed  # noqa: E402
+from bench_workflow import seconds_table, timed  # noqa: E402
 from workflow_utils import job_counts, make_workdir  # noqa: E402
 
 
@@ -78,13 +78,8 @@ def main() -> None:
         f"all jobs; goal: 60 min or less); `snakemake all` afterwards (tables, plots): "
         f"{secs_all:.0f} s.",
         "",
-        "Seconds per step, summed over its jobs (Snakemake benchmark files):",
-        "",
-        "| step | seconds |",
-        "|---|---:|",
+        *seconds_table(wd),
     ]
-    for key, value in sorted(per_rule_seconds(wd).items(), key=lambda kv: -kv[1]):
-        lines.append(f"| {key} | {value:.1f} |")
     lines += ["", "## Evaluation games against M0 (95% Wilson intervals)", ""]
     cols = ["model", "role", "games", "win_rate", "win_rate_lo", "win_rate_hi"]
     cols += ["tie_rate", "broke_rules_rate", "broke_rules_rate_lo", "broke_rules_rate_hi"]

@@ -55,6 +55,19 @@ def per_rule_seconds(workdir: Path) -> dict[str, float]:
     return totals
 
 
+def seconds_table(workdir: Path) -> list[str]:
+    """Markdown lines: seconds per step of a finished run, largest first."""
+    lines = [
+        "Seconds per step, summed over its jobs (Snakemake benchmark files):",
+        "",
+        "| step | seconds |",
+        "|---|---:|",
+    ]
+    for key, value in sorted(per_rule_seconds(workdir).items(), key=lambda kv: -kv[1]):
+        lines.append(f"| {key} | {value:.1f} |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-run", action="store_true", help="only the 256-shard dry run")
@@ -90,14 +103,9 @@ def main() -> None:
                 f"**{secs / 60:.1f} min** wall, {cpu / 60:.1f} min CPU over all jobs "
                 "(goal: 10 min or less).",
                 "",
-                "Seconds per step, summed over its jobs (Snakemake benchmark files):",
+                *seconds_table(wd),
                 "",
-                "| step | seconds |",
-                "|---|---:|",
             ]
-            for key, value in sorted(per_rule_seconds(wd).items(), key=lambda kv: -kv[1]):
-                lines.append(f"| {key} | {value:.1f} |")
-            lines.append("")
             print(f"spag_epoch3: {secs:.0f} s")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
