@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from spag.config import check_run_inputs, validate_config
-from spag.launch import multinode_resources, torchrun_prefix
+from spag.launch import family_resources, torchrun_prefix
 
 validate_config(config, source="config")
 check_run_inputs(config)
@@ -207,30 +207,13 @@ def run_benchmarks(wildcards):
 
 
 # ---------------------------------------------------------------- resources
-def _grow(base):
-    # A job that failed for time or memory gets more at its next attempt.
-    return lambda wildcards, attempt: base * attempt
-
-
 def job_resources(kind):
-    """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs."""
-    r = config["resources"][kind]
-    res = {
-        "mem_mb": _grow(r["mem_mb"]),
-        "runtime": _grow(r["runtime"]),
-        # The SLURM plugin takes CPUs from here; `threads` alone is capped by the
-        # workflow profile's `cores`, which a cluster profile cannot override.
-        "cpus_per_task": r["cpus"],
-    }
-    if r["nodes"] > 1:
-        # GPUs per node as gres, one srun task per node (see spag.launch).
-        res.update(multinode_resources(r["gpus"], r["nodes"]))
-    elif r["gpus"] > 0:
-        res["gpu"] = r["gpus"]
-    for key in ("slurm_partition", "slurm_account", "slurm_extra"):
-        if r[key]:
-            res[key] = r[key]
-    return res
+    """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs.
+
+    Memory and run time grow with the attempt up to the family's ceilings; the SLURM
+    request shapes are in spag.launch.family_resources.
+    """
+    return family_resources(config["resources"][kind], where=f"resources.{kind}")
 
 
 def backend_env():

@@ -1,4 +1,4 @@
-"""Launcher prefixes for distributed training jobs.
+"""Launcher prefixes for distributed training jobs, and the resources of every rule family.
 
 The training rule runs ``{prefix} spag train ...``. The prefix starts one process per
 GPU with torchrun; on several nodes it starts one torchrun per node through ``srun``,
@@ -8,9 +8,23 @@ On SLURM a multi-node training job is submitted with the resources that
 :func:`multinode_resources` returns: ``mpi`` tells the job-step plugin to run the rule's
 shell command as it is on the first node (instead of wrapping it in a one-task
 ``srun``), so that the ``srun`` of the prefix can spread over all the nodes.
+
+:func:`family_resources` shapes the Snakemake resources of every rule family (config
+``resources.<family>``) so that snakemake-executor-plugin-slurm (2.8) submits:
+
+- one node, G > 0 GPUs: ``--nodes=1 --gpus=G --cpus-per-task=C`` (no task geometry);
+- N > 1 nodes, G GPUs each: ``--nodes=N --ntasks=N --gres=gpu:G --cpus-per-task=C``;
+- no GPU: ``--ntasks=1 --cpus-per-task=C``;
+
+plus ``--mem``/``-t`` that grow with the attempt up to a ceiling, and the family's
+``-p``/``-A``/``-C``/``--qos`` and ``slurm_extra``.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
 RDZV_PORT = 29500
 # Jobs that share a first node must not share a rendezvous port: the port is offset
@@ -71,13 +85,112 @@ def multinode_resources(gpus: int, nodes: int) -> dict[str, object]:
 
     ``gres`` asks for ``gpus`` per node (``gpu=N`` would be N for the whole job);
     ``tasks`` = one task per node for the ``srun`` of :func:`srun_torchrun_prefix`;
-    ``mpi`` makes the job-step plugin run the command unwrapped on the first node.
-    Empty on one node.
+    ``tasks_per_gpu`` = 0 keeps the plugin from turning ``tasks`` into
+    ``--ntasks-per-gpu`` (N tasks per GPU, N x G tasks per node, would contradict one
+    task per node); ``mpi`` makes the job-step plugin run the command unwrapped on the
+    first node. Empty on one node.
     """
     _check_shape(gpus, nodes)
     if nodes == 1:
         return {}
-    res: dict[str, object] = {"nodes": nodes, "tasks": nodes, "mpi": "srun"}
+    res: dict[str, object] = {"nodes": nodes, "tasks": nodes, "tasks_per_gpu": 0, "mpi": "srun"}
     if gpus > 0:
         res["gres"] = f"gpu:{gpus}"
+    return res
+
+
+# Without a configured ceiling, a retry may ask for at most this many times the first
+# attempt's memory or run time: with the profile's `retries: 2`, attempts get 1x, 2x,
+# 2x. Unbounded growth (3x a 48 h job) asks for more than partitions allow, and the
+# job then pends forever instead of failing.
+DEFAULT_GROWTH_CAP = 2
+
+
+def ceiling(base: int, cap: int | None, where: str = "resource") -> int:
+    """The most a retry may ask for: ``cap``, or ``DEFAULT_GROWTH_CAP`` x ``base``."""
+    if cap is None:
+        return base * DEFAULT_GROWTH_CAP
+    if cap < base:
+        # a ceiling under the first attempt would silently shrink every job
+        raise ValueError(f"{where}: ceiling {cap} is below the first attempt's {base}")
+    return cap
+
+
+def grown(base: int, attempt: int, cap: int | None = None) -> int:
+    """``base`` x ``attempt`` (attempt 1 is the first submission), at most the ceiling."""
+    return min(base * max(attempt, 1), ceiling(base, cap))
+
+
+def growing(base: int, cap: int | None, where: str = "resource") -> Callable[[Any, int], int]:
+    """A Snakemake resource callable ``(wildcards, attempt) -> grown value``."""
+    top = ceiling(base, cap, where)  # checked when the rules are parsed, not at a retry
+    return lambda wildcards, attempt: grown(base, attempt, top)
+
+
+# Family keys passed to the plugin as resources of the same name, when set.
+_PASSED_THROUGH = ("slurm_partition", "slurm_account", "constraint", "qos", "slurm_extra")
+
+
+# Config keys that replace options the plugin refuses in slurm_extra.
+_INSTEAD = {
+    "quality of service": "qos",
+    "node constraints": "constraint",
+    "partition": "slurm_partition",
+    "account": "slurm_account",
+    "memory": "mem_mb",
+    "runtime/time limit": "runtime",
+    "number of nodes": "nodes",
+    "generic resources (GRES)": "gpus",
+    "GPU allocation": "gpus",
+    "CPUs per task": "cpus",
+}
+
+
+def check_slurm_extra(extra: str, where: str = "slurm_extra") -> None:
+    """Refuse, when the rules are parsed, what the SLURM plugin would refuse at submission.
+
+    Uses the plugin's own list of the sbatch options it manages; without the plugin
+    installed there is nothing to check against (and no SLURM submission either).
+    """
+    try:
+        from snakemake_executor_plugin_slurm.validation import get_forbidden_slurm_options
+    except ImportError:
+        return
+    family = where.rpartition(".")[0]
+    for pattern, option in get_forbidden_slurm_options().items():
+        if re.search(pattern, extra):
+            key = _INSTEAD.get(option)
+            hint = f"; set it with {family}.{key}" if key and family else ""
+            raise ValueError(
+                f"{where}: {extra!r} sets the {option}, which snakemake-executor-plugin-slurm"
+                f" sets itself and refuses in slurm_extra{hint}"
+            )
+
+
+def family_resources(r: Mapping[str, Any], where: str = "resources") -> dict[str, object]:
+    """Snakemake resources of one rule family from its config ``resources.<family>``.
+
+    The same resources serve local runs (``mem_mb``, ``runtime``, ``gpu`` limits) and
+    SLURM submission; the module docstring shows the sbatch request each shape becomes.
+    """
+    res: dict[str, object] = {
+        "mem_mb": growing(r["mem_mb"], r.get("max_mem_mb"), f"{where}.max_mem_mb"),
+        "runtime": growing(r["runtime"], r.get("max_runtime"), f"{where}.max_runtime"),
+        # The SLURM plugin takes CPUs from here; `threads` alone is capped by the
+        # workflow profile's `cores`, which a cluster profile cannot override.
+        "cpus_per_task": r["cpus"],
+    }
+    gpus, nodes = r["gpus"], r["nodes"]
+    if nodes > 1:
+        # GPUs per node as gres, one srun task per node.
+        res.update(multinode_resources(gpus, nodes))
+    elif gpus > 0:
+        # `--gpus` alone may be spread over several nodes, while the job runs on the
+        # first only; `nodes` pins the job (and its step) to one node.
+        res.update(nodes=1, gpu=gpus)
+    for key in _PASSED_THROUGH:
+        if r.get(key):
+            res[key] = r[key]
+    if r.get("slurm_extra"):
+        check_slurm_extra(r["slurm_extra"], f"{where}.slurm_extra")
     return res
