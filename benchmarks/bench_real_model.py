@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+ROLES = ("attacker", "defender")
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -39,12 +41,61 @@ def _tsv_as_markdown(path: Path, columns: list[str] | None = None) -> list[str]:
     return out
 
 
+def _rate(k: int, n: int) -> str:
+    from spag.eval_table import wilson_interval
+
+    lo, hi = wilson_interval(k, n)
+    return f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]" if n else "n/a"
+
+
+def learning_table(results: Path) -> list[str]:
+    """By model: its own self-play (the games of the next epoch: rule breaks, decisive
+    games), its wins against M0 per role (95% Wilson intervals), its reasoning score."""
+    import csv
+
+    def rows(path: Path) -> list[dict]:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f, delimiter="\t"))
+
+    games = {(r["model"], r["role"]): r for r in rows(results / "summary" / "eval_games.tsv")}
+    reasoning = {r["model"]: r for r in rows(results / "summary" / "reasoning.tsv")}
+    epochs = {r["epoch"]: r for r in rows(results / "summary" / "epochs.tsv")}
+    out = [
+        "| model | its self-play: attacker broke rules | decisive | wins as attacker | "
+        "wins as defender | reasoning |",
+        "|---|---|---|---|---|---|",
+    ]
+    models = [m for m in ("base", "imitation") if (m, "attacker") in games]
+    models += sorted({m for m, _ in games if m.startswith("epoch")}, key=lambda m: int(m[5:]))
+    for m in models:
+        e = m[5:] if m.startswith("epoch") else None
+        # M(k) plays itself in epoch k + 1; the base model never plays itself.
+        k = {"base": None, "imitation": 0}.get(m, None if e is None else int(e))
+        sp = epochs.get(str(k + 1)) if k is not None else None
+        n = int(sp["selfplay_games"]) if sp else 0
+        broke = _rate(int(sp["attacker_broke_rules"]), n) if sp else "-"
+        decisive = _rate(int(sp["decisive_games"]), n) if sp else "-"
+        wins = [_rate(int(games[m, r]["wins"]), int(games[m, r]["games"])) for r in ROLES]
+        score = reasoning.get(m, {}).get("score", "-")
+        label = {"base": "base", "imitation": "M0"}.get(m, f"M{e}")
+        out.append(f"| {label} | {broke} | {decisive} | {wins[0]} | {wins[1]} | {score} |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "smollm2-135m.yaml"))
     ap.add_argument("--workdir", default=None, help="run folder (default: a new temporary one)")
     ap.add_argument("--results", default=str(REPO / "benchmarks" / "results" / "smollm2"))
+    ap.add_argument(
+        "--learning-only",
+        action="store_true",
+        help="only (re)write learning.md from the finished run in --workdir",
+    )
     args = ap.parse_args()
+    if args.learning_only:
+        write_learning(Path(args.workdir), Path(args.results), Path(args.config).name)
+        return
     overlay = yaml.safe_load(Path(args.config).read_text())
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spag-real-"))
     if workdir.exists() and any(workdir.glob("results/*")):
@@ -90,6 +141,21 @@ def main() -> None:
     lines += ["## Reasoning", ""] + _tsv_as_markdown(out / "reasoning.tsv") + [""]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/README.md")
+    write_learning(wd, out, name)
+
+
+def write_learning(workdir: Path, out: Path, config_name: str) -> None:
+    """learning.md: the learning-signal table of the finished run in ``workdir``."""
+    lines = [
+        f"# Learning signal of `{config_name}`",
+        "",
+        f"From the run's `results/summary/` tables ({workdir}); counts with 95% Wilson "
+        "intervals. Evaluation games are greedy, against M0, on the held-out words.",
+        "",
+        *learning_table(workdir / "results"),
+    ]
+    (out / "learning.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}/learning.md")
 
 
 if __name__ == "__main__":

@@ -255,3 +255,22 @@ def test_flat_judge_on_many_games(cases):
         roles, contents, offsets, [c[1] for c in cases], [c[2] for c in cases]
     )
     assert list(zip(outcomes, ns, strict=True)) == [reference_judge(*c) for c in cases]
+
+
+PREDICTION_PATTERN_REF = r"i know the word! it.{1,8}"
+GAP_PIECES = ["i know the word! it", "I know the word! It is ", "x", "xxxx", "xxxxxxx", "\n", " "]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(WORDS),
+    st.lists(st.one_of(st.sampled_from(GAP_PIECES), st.sampled_from(WORDS)), max_size=8),
+)
+def test_correct_guess_is_the_reference_pattern(word, pieces):
+    """The guess check without a compiled pattern per word: the same answer as the
+    reference's regular expression, at every gap length and around newlines."""
+    from spag.judge import derivatives, is_correct_prediction
+
+    text = "".join(pieces)
+    pattern = PREDICTION_PATTERN_REF + "(?:" + "|".join(map(re.escape, derivatives(word))) + ")"
+    assert is_correct_prediction(text, word) == (re.search(pattern, text.lower()) is not None)

@@ -76,21 +76,40 @@ def derivatives(word: str) -> tuple[str, ...]:
     return forms + tuple(q + f + q for f in forms for q in QUOTES)
 
 
+_GAP = (1, 8)  # the ".{1,8}" between the guess phrase and the word
+
+
 class _WordRules(NamedTuple):
     # Mentions: every quoted form contains its bare form, and "-ing"/"-ed" contain
     # the word itself, so testing the word and its plural is the same test.
     word: str
     plural: str
-    correct: re.Pattern[str]
+    forms: tuple[str, ...]
+
+    def correct(self, low: str) -> bool:
+        """``re.search(PREDICTION_PATTERN + "(?:" + "|".join(forms) + ")", low)``, without
+        compiling a pattern per target word (a run has tens of thousands of words).
+
+        The pattern matches exactly when, after some occurrence of the guess phrase,
+        1 to 8 characters other than a newline (what ``.`` matches) are followed by
+        one of the forms.
+        """
+        start = low.find(GUESS_PREFIX)
+        while start >= 0:
+            gap = start + len(GUESS_PREFIX)
+            for k in range(_GAP[0], _GAP[1] + 1):
+                if gap + k > len(low) or low[gap + k - 1] == "\n":
+                    break
+                if low.startswith(self.forms, gap + k):
+                    return True
+            start = low.find(GUESS_PREFIX, start + 1)
+        return False
 
 
 @functools.lru_cache(maxsize=65536)
 def _rules(word: str) -> _WordRules:
     forms = derivatives(word)
-    # One alternation finds a match exactly when one of the 16 patterns does.
-    alternatives = "|".join(re.escape(d) for d in forms)
-    correct = re.compile(f"{PREDICTION_PATTERN}(?:{alternatives})")
-    return _WordRules(forms[0], forms[3], correct)
+    return _WordRules(forms[0], forms[3], forms)
 
 
 def is_prediction(text: str) -> bool:
@@ -102,7 +121,7 @@ def is_prediction(text: str) -> bool:
 def is_correct_prediction(text: str, word: str) -> bool:
     """Whether ``text`` guesses ``word`` (the guess phrase followed by a derivative)."""
     low = text.lower()
-    return GUESS_PREFIX in low and _rules(word).correct.search(low) is not None
+    return GUESS_PREFIX in low and _rules(word).correct(low)
 
 
 def mentions(text: str, word: str) -> bool:
@@ -127,7 +146,7 @@ def judge_messages(
         guess = GUESS_PREFIX in low and search_guess(low) is not None
         if role == "defender":
             if guess:
-                return (DEFENDER_WINS if correct.search(low) else ATTACKER_WINS), n
+                return (DEFENDER_WINS if correct(low) else ATTACKER_WINS), n
             if w in low or pl in low:
                 return ATTACKER_WINS, n
         elif guess or w in low or pl in low:
@@ -179,7 +198,7 @@ def judge_flat(
             guess = GUESS_PREFIX in low and search_guess(low) is not None
             if roles[k] == "defender":
                 if guess:
-                    outcome = DEFENDER_WINS if correct.search(low) else ATTACKER_WINS
+                    outcome = DEFENDER_WINS if correct(low) else ATTACKER_WINS
                     break
                 if w in low or pl in low:
                     outcome = ATTACKER_WINS
