@@ -58,12 +58,17 @@ def learning_table(results: Path) -> list[str]:
             return list(csv.DictReader(f, delimiter="\t"))
 
     games = {(r["model"], r["role"]): r for r in rows(results / "summary" / "eval_games.tsv")}
-    reasoning = {r["model"]: r for r in rows(results / "summary" / "reasoning.tsv")}
+    reasoning = {
+        r["model"]: r
+        for r in rows(results / "summary" / "reasoning.tsv")
+        if r["task"] != "geometric_mean"
+    }
     epochs = {r["epoch"]: r for r in rows(results / "summary" / "epochs.tsv")}
     out = [
-        "| model | its self-play: attacker broke rules | decisive | wins as attacker | "
-        "wins as defender | reasoning |",
-        "|---|---|---|---|---|---|",
+        "| model | its self-play: attacker broke rules | its self-play: decisive | "
+        "vs M0, as attacker: wins | as attacker: broke rules | as defender: wins | "
+        "reasoning (acc ± 1.96 s.e.) |",
+        "|---|---|---|---|---|---|---|",
     ]
     models = [m for m in ("base", "imitation") if (m, "attacker") in games]
     models += sorted({m for m, _ in games if m.startswith("epoch")}, key=lambda m: int(m[5:]))
@@ -76,9 +81,14 @@ def learning_table(results: Path) -> list[str]:
         broke = _rate(int(sp["attacker_broke_rules"]), n) if sp else "-"
         decisive = _rate(int(sp["decisive_games"]), n) if sp else "-"
         wins = [_rate(int(games[m, r]["wins"]), int(games[m, r]["games"])) for r in ROLES]
-        score = reasoning.get(m, {}).get("score", "-")
+        att = games[m, "attacker"]
+        own_breaks = _rate(int(att["broke_rules"]), int(att["games"]))
+        r = reasoning.get(m)
+        score = f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-"
         label = {"base": "base", "imitation": "M0"}.get(m, f"M{e}")
-        out.append(f"| {label} | {broke} | {decisive} | {wins[0]} | {wins[1]} | {score} |")
+        out.append(
+            f"| {label} | {broke} | {decisive} | {wins[0]} | {own_breaks} | {wins[1]} | {score} |"
+        )
     return out
 
 
