@@ -10,7 +10,6 @@ from spag.config import check_run_inputs, validate_config
 from spag.launch import family_resources, torchrun_prefix
 
 validate_config(config, source="config")
-check_run_inputs(config)
 
 if config["offline"]:
     # The embedded default never waits on the hub; jobs inherit this.
@@ -59,6 +58,10 @@ def epoch_path(*parts):
 WORDS_TRAIN = result("words", "train.txt")
 WORDS_TEST = result("words", "test.txt")
 BASE_MODEL = result("base_model")
+# The base model's inputs are checked before any job, until the base model is built
+# (then they are no longer read, and the check would only slow every start).
+if not Path(BASE_MODEL).exists():
+    check_run_inputs(config)
 SFT_DATA = result("data", "sft.parquet")
 IMITATION_SAMPLES = result("imitation", "samples.parquet")
 IMITATION_SCORED = result("imitation", "scored.parquet")

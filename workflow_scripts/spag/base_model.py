@@ -10,7 +10,6 @@ refused: loading them can run arbitrary code.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 import logging
 import os
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spag.errors import SpagInputError
+from spag.tables import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -284,14 +284,6 @@ def packaged_model_file(name: str) -> tuple[Path, str]:
     if not path.is_file():
         raise SpagInputError(f"{path}: missing from the package {entry.requirement}; reinstall it")
     return path, entry.sha256
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_gguf(path: str | os.PathLike, sha256: str | None = None) -> GGUFInfo:

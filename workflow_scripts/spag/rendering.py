@@ -117,7 +117,7 @@ class PromptRenderer:
         if not texts:
             return []
         raw = self.tokenizer([self.render(t) for t in texts], add_special_tokens=False).input_ids
-        bos = getattr(self.tokenizer, "bos_token_id", None)
+        bos = self.bos_id
         out = []
         for ids in raw:
             ids = list(ids)

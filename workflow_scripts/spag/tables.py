@@ -92,6 +92,17 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def sha256_file(path: str | os.PathLike) -> str:
+    """SHA-256 of a file's content, read in blocks (hex digest)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def write_parquet(table: pa.Table, path: str | os.PathLike) -> None:
     """Write ``table`` to ``path`` atomically."""
     with atomic_path(path, suffix=".parquet.tmp") as tmp:

@@ -58,7 +58,7 @@ class HFBackend:
         self.max_length = context_budget(model_dir, max_length)
         # Per game (cache key): the prompt ids of its last call and their keys/values,
         # so that the next prompt of the game recomputes only what changed.
-        self.reuse_kv = bool(reuse_kv)
+        self.reuse_kv = bool(reuse_kv) and reuse_kv_bytes > 0
         self._kv_store: dict[str, tuple[list[int], list[tuple]]] = {}
         # Kept keys/values stay under this many bytes (a large model keeps few or none).
         self.reuse_kv_bytes = int(reuse_kv_bytes)

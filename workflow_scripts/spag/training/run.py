@@ -8,7 +8,6 @@ multi-node); every rank runs this same code.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spag.errors import SpagInputError
+from spag.tables import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -118,14 +118,6 @@ def _barrier() -> None:
         dist.barrier()
 
 
-def _file_digest(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> dict:
     """What a checkpoint must share with this run to be resumed from."""
     keep = asdict(cfg)
@@ -144,7 +136,7 @@ def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> d
         keep.pop(k)
     keep.update(
         model_identity=model_identity,
-        samples_sha256=_file_digest(cfg.samples),
+        samples_sha256=sha256_file(cfg.samples),
         world_size=world_size,
     )
     return keep

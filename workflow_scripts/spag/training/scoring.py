@@ -270,9 +270,10 @@ def check_reference(
             f"{path}: 'ref_logprob' was computed with max_length {meta['max_length']}, "
             f"training uses {max_length}"
         )
-    if meta.get("prompt_format", "raw") != prompt_format:
+    scored_format = meta.get("prompt_format", "raw")
+    if scored_format != prompt_format:
         raise SpagInputError(
-            f"{path}: 'ref_logprob' was computed with prompt format {meta['prompt_format']}, "
+            f"{path}: 'ref_logprob' was computed with prompt format {scored_format}, "
             f"training uses {prompt_format}"
         )
     return meta
