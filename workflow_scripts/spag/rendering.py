@@ -112,6 +112,11 @@ class PromptRenderer:
         return int(eos)
 
     # ------------------------------------------------------------ ids
+    @property
+    def lead(self) -> list[int]:
+        """What every sequence starts with: the BOS in use, or nothing."""
+        return [] if self.bos_id is None else [self.bos_id]
+
     def _ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Rendered texts -> ids without any leading BOS (it is added once, by the caller)."""
         if not texts:
@@ -141,7 +146,7 @@ class PromptRenderer:
                 f"prompt budget of {max_prompt_tokens} tokens is too small:"
                 " raise --max-length or lower --max-new-tokens"
             )
-        lead = [] if self.bos_id is None else [self.bos_id]
+        lead = self.lead
         budget = max_prompt_tokens - len(lead)
         out = []
         for ids in self._ids(list(prompts)):
@@ -156,14 +161,14 @@ class PromptRenderer:
     ) -> list[tuple[list[int], list[int]] | None]:
         """Training pairs -> ``(prompt ids, target ids + end token)``, not yet fitted.
 
-        The prompt ids are exactly what :meth:`encode` gives for play before any
-        truncation (BOS included); an empty target gives None.
+        The prompt ids are what :meth:`encode` gives for play before any truncation,
+        without the leading :attr:`lead` (the caller puts it in front once it has
+        fitted the rest); an empty target gives None.
         """
-        lead = [] if self.bos_id is None else [self.bos_id]
         q_ids = self._ids(list(queries))
         t_ids = self.tokenizer(list(targets), add_special_tokens=False).input_ids
         end = [self.end_id]
         out: list[tuple[list[int], list[int]] | None] = []
         for target, q, t in zip(targets, q_ids, t_ids, strict=True):
-            out.append(None if not target.strip() or not t else (lead + q, list(t) + end))
+            out.append(None if not target.strip() or not t else (q, list(t) + end))
         return out

@@ -94,9 +94,8 @@ def encode_pairs(
             out.append(None)
             continue
         q, t = pair
-        n_lead = 0 if renderer.bos_id is None else 1
-        lead, q = q[:n_lead], q[n_lead:]
-        room = max_length - n_lead - len(t)
+        lead = renderer.lead
+        room = max_length - len(lead) - len(t)
         if room < 0:
             report.add(SKIP_TARGET_TOO_LONG, row)
             out.append(None)
@@ -104,7 +103,7 @@ def encode_pairs(
         if len(q) > room:
             q = q[len(q) - room :] if room > 0 else []
             report.truncated += 1
-        out.append((lead + q + t, n_lead + len(q)))
+        out.append((lead + q + t, len(lead) + len(q)))
     return out, report
 
 
@@ -202,6 +201,10 @@ class SampleDataset(torch.utils.data.Dataset):
     @property
     def lengths(self) -> list[int]:
         return [len(f["input_ids"]) for f in self.features]
+
+    @property
+    def is_sft(self) -> list[bool]:
+        return [bool(f["is_sft"]) for f in self.features]
 
 
 @dataclass

@@ -337,7 +337,6 @@ def train(cfg: TrainConfig) -> Path:
         clip_eps=cfg.clip_eps,
         group_by_length=cfg.group_by_length,
         lengths=dataset.lengths,
-        is_sft=[f["is_sft"] for f in features],
     )
     if resume is not None:
         log.info("resuming from %s", resume)

@@ -54,7 +54,6 @@ class SpagTrainer(Trainer):
         clip_eps: float = 0.2,
         group_by_length: bool = True,
         lengths: list[int] | None = None,
-        is_sft: list[bool] | None = None,
         trim_logits: bool = True,
         **kwargs,
     ):
@@ -67,7 +66,6 @@ class SpagTrainer(Trainer):
         self.clip_eps = clip_eps
         self.group_by_length = group_by_length
         self.lengths = lengths
-        self.is_sft = is_sft
         self.trim_logits = trim_logits
         # Our loss is a per-micro-batch mean: let the Trainer divide it by the
         # accumulation steps, as for any loss that does not count tokens itself.
@@ -86,9 +84,7 @@ class SpagTrainer(Trainer):
         if self.method == "offline_po":
             # OfflinePO divides each term by its count in the micro-batch: batches must keep
             # the SFT/game mix of random batches, so lengths are grouped within each type.
-            is_sft = self.is_sft
-            if is_sft is None:
-                is_sft = [bool(f["is_sft"]) for f in dataset.features]
+            is_sft = dataset.is_sft
         return LengthGroupedSampler(
             lengths, self.args.per_device_train_batch_size, seed=self.args.seed, is_sft=is_sft
         )
