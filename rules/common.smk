@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from spag.config import check_run_inputs, validate_config
-from spag.launch import family_resources, torchrun_prefix
+from spag.training.settings import stage_arguments
+from spag.cluster import family_resources, torchrun_prefix
 
 validate_config(config, source="config")
 
@@ -84,6 +85,12 @@ REASONING = result("eval", "reasoning", "{model}.json")
 BASELINE_MODELS = ("base", "imitation")
 BASELINE_GAMES = result("eval", "games", "{model}.parquet")
 BASELINE_TABLE = result("eval", "games", "{model}.tsv")
+# Models of the reasoning evaluation: the base model, M0 and M1 ... M(EPOCHS).
+REASONING_MODELS = [*BASELINE_MODELS, *(f"epoch{e}" for e in range(1, EPOCHS + 1))]
+SUMMARY_EPOCHS = result("summary", "epochs.tsv")
+SUMMARY_REASONING = result("summary", "reasoning.tsv")
+SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
+PLOTS_DIR = result("plots")
 
 
 def shard_name(shard):
@@ -169,52 +176,12 @@ def epoch_targets(epoch):
     return targets
 
 
-def run_benchmarks(wildcards):
-    """Benchmark files of every step of the run (the rules' own paths), for the runtime plot."""
-    once = (
-        "target_words",
-        "base_model",
-        "sft_data",
-        "imitation_samples",
-        "score_imitation",
-        "train_imitation",
-    )
-    per_epoch = (
-        "selfplay",
-        "merge_episodes",
-        "assign_rewards",
-        "score_ref",
-        "train_spag",
-        "eval_play",
-        "eval_games",
-    )
-    per_model = {
-        "eval_reasoning": REASONING_MODELS,
-        "eval_play_baseline": BASELINE_MODELS,
-        "eval_games_baseline": BASELINE_MODELS,
-    }
-    files = []
-    for name in (*once, *per_epoch, *per_model):
-        if not hasattr(rules, name):
-            continue
-        pattern = getattr(rules, name).benchmark
-        if pattern:
-            files += expand(
-                str(pattern),
-                epoch=range(1, EPOCHS + 1),
-                shard=map(shard_name, range(NUM_SHARDS)),
-                model=per_model.get(name, ()),
-                allow_missing=True,
-            )
-    return list(dict.fromkeys(files))
-
-
 # ---------------------------------------------------------------- resources
 def job_resources(kind):
     """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs.
 
     Memory and run time grow with the attempt up to the family's ceilings; the SLURM
-    request shapes are in spag.launch.family_resources.
+    request shapes are in spag.cluster.family_resources.
     """
     return family_resources(config["resources"][kind], where=f"resources.{kind}")
 
@@ -249,33 +216,8 @@ def cli_args(**options):
 
 
 def train_args(stage):
-    """`spag train` hyper-parameter flags for the `imitation` or `spag` stage."""
-    t = config[stage]
-    options = dict(
-        learning_rate=t["learning_rate"],
-        num_train_epochs=t["num_train_epochs"],
-        max_steps=t["max_steps"],
-        per_device_batch_size=t["per_device_batch_size"],
-        gradient_accumulation_steps=t["gradient_accumulation_steps"],
-        max_length=t["max_length"],
-        lr_scheduler=t["lr_scheduler"],
-        warmup_ratio=t["warmup_ratio"],
-        weight_decay=t["weight_decay"],
-        bf16=t["bf16"],
-        tf32=t["tf32"],
-        gradient_checkpointing=t["gradient_checkpointing"],
-        deepspeed=t["deepspeed"],
-        save_steps=t["save_steps"],
-        logging_steps=t["logging_steps"],
-        kl_coeff=t["kl_coeff"],
-        seed=config["seed"],
-        prompt_format=config["game"]["prompt_format"],
-        trust_remote_code=config["base_model"]["trust_remote_code"],
-    )
-    if stage == "spag":
-        options.update(sft_coeff=t["sft_coeff"], clip_eps=t["clip_eps"])
-    flags = cli_args(**options)
-    return flags if t["group_by_length"] else f"{flags} --no-group-by-length"
+    """`spag train` flags of the `imitation` or `spag` stage (spag.training.settings)."""
+    return cli_args(**stage_arguments(config, stage))
 
 
 def train_launcher():
@@ -328,3 +270,90 @@ def score_args(max_length):
         prompt_format=config["game"]["prompt_format"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
     )
+
+
+def reasoning_args():
+    r = config["evaluation"]["reasoning"]
+    return cli_args(
+        tasks=r["tasks"],
+        include_path=r["include_path"],
+        limit=r["limit"],
+        num_fewshot=r["num_fewshot"],
+        batch_size=r["batch_size"],
+        apply_chat_template=config["game"]["prompt_format"] == "chat",
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+    )
+
+
+# ---------------------------------------------------------------- report inputs
+# How a wildcard shows in a benchmark's label: train_spag/epoch1, selfplay/epoch1/shard_000.
+BENCHMARK_LABEL_PARTS = {
+    "epoch": "epoch{epoch}",
+    "shard": "shard_{shard}",
+    "model": "{model}",
+}
+
+
+def labelled(entries):
+    """LABEL=PATH arguments of `spag plot-run` from a dict label -> path."""
+    return [f"{label}={path}" for label, path in entries.items()]
+
+
+def run_samples():
+    """Training samples of every epoch, labelled by the epoch's number."""
+    return {str(e): expand(SAMPLES, epoch=e)[0] for e in range(1, EPOCHS + 1)}
+
+
+def run_losses():
+    """Training logs of M0 and every epoch, labelled by stage (the training plot's legend)."""
+    epochs = {f"epoch{e}": expand(LOSS, epoch=e)[0] for e in range(1, EPOCHS + 1)}
+    return {"imitation": IMITATION_LOSS, **epochs}
+
+
+def run_benchmarks():
+    """Benchmark file of every job of the run (the rules' own paths), for the runtime plot.
+
+    Labelled by the rule and its wildcards (train_spag/epoch1, eval_play_baseline/base).
+    """
+    once = (
+        "target_words",
+        "base_model",
+        "sft_data",
+        "imitation_samples",
+        "score_imitation",
+        "train_imitation",
+    )
+    per_epoch = (
+        "selfplay",
+        "merge_episodes",
+        "assign_rewards",
+        "score_ref",
+        "train_spag",
+        "eval_play",
+        "eval_games",
+    )
+    per_model = {
+        "eval_reasoning": REASONING_MODELS,
+        "eval_play_baseline": BASELINE_MODELS,
+        "eval_games_baseline": BASELINE_MODELS,
+    }
+    entries = {}
+    for name in (*once, *per_epoch, *per_model):
+        if not hasattr(rules, name):
+            continue
+        pattern = getattr(rules, name).benchmark
+        if not pattern:
+            continue
+        wildcards = getattr(rules, name).rule.wildcard_names
+        parts = [p for w, p in BENCHMARK_LABEL_PARTS.items() if w in wildcards]
+        label = "/".join([name, *parts])
+        for entry in expand(
+            f"{label}={pattern}",
+            epoch=range(1, EPOCHS + 1),
+            shard=map(shard_name, range(NUM_SHARDS)),
+            model=per_model.get(name, ()),
+            allow_missing=True,
+        ):
+            job, _, path = entry.partition("=")
+            entries.setdefault(job, path)
+    return entries

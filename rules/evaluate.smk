@@ -3,7 +3,7 @@
 # model and M0 play the same games against the same opponent: the rows M(e) is read
 # against.
 
-from spag.summary import model_order
+from spag.report.summary import model_order
 
 
 rule eval_play:
@@ -121,15 +121,7 @@ rule eval_reasoning:
     resources:
         **job_resources("evaluate"),
     params:
-        args=cli_args(
-            tasks=config["evaluation"]["reasoning"]["tasks"],
-            include_path=config["evaluation"]["reasoning"]["include_path"],
-            limit=config["evaluation"]["reasoning"]["limit"],
-            num_fewshot=config["evaluation"]["reasoning"]["num_fewshot"],
-            batch_size=config["evaluation"]["reasoning"]["batch_size"],
-            apply_chat_template=config["game"]["prompt_format"] == "chat",
-            trust_remote_code=config["base_model"]["trust_remote_code"],
-        ),
+        args=reasoning_args(),
     shell:
         "spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
@@ -155,7 +147,7 @@ rule epoch_summary:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag summarize --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
+        "spag summarize-epoch --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --eval-games {input.eval_games:q}"
         " --reasoning {input.reasoning:q} --selfplay {input.shards:q}"
         " --selfplay-benchmarks {input.shard_benchmarks:q} --output {output:q}"

@@ -66,6 +66,6 @@ rule train_imitation:
         checkpoints=str(CHECKPOINTS / "imitation"),
         args=train_args("imitation"),
     shell:
-        "{params.launch} spag train --method sft_kl --model {input.model:q}"
+        "{params.launch} spag train --model {input.model:q}"
         " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"
         " --checkpoint-dir {params.checkpoints:q} {params.args} > {log:q} 2>&1"

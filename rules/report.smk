@@ -1,31 +1,18 @@
 # Run-wide summary tables and the plots of `snakemake --report report.html`.
-# Every plot is marked for the report with its caption under report/.
+# The plot files are spag.report.names' (RUN_PLOTS, EPOCH_PLOTS); every plot is
+# marked for the report with its caption report/<key>.rst or report/epoch_<key>.rst.
 
-SUMMARY_EPOCHS = result("summary", "epochs.tsv")
-SUMMARY_REASONING = result("summary", "reasoning.tsv")
-SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
-PLOTS_DIR = result("plots")
-RUN_PLOT_FILES = {
-    "reasoning": ("reasoning.png", "Reasoning"),
-    "eval_win_rates": ("eval_win_rates.png", "Games against the opponent"),
-    "selfplay_outcomes": ("selfplay_outcomes.png", "Self-play"),
-    "decisive_games": ("decisive_games.png", "Self-play"),
-    "rewards": ("rewards.png", "Self-play"),
-    "training_curves": ("training_curves.png", "Training"),
-    "generation_speed": ("generation_speed.png", "Speed"),
-    "step_runtime": ("step_runtime.png", "Speed"),
-}
-EPOCH_PLOT_FILES = ("rewards", "training", "game_lengths")
-REASONING_MODELS = ["base", "imitation"] + [f"epoch{e}" for e in range(1, EPOCHS + 1)]
+from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
+
 REPORT_TARGETS = [
     SUMMARY_EPOCHS,
     SUMMARY_REASONING,
     SUMMARY_EVAL_GAMES,
-    *(str(Path(PLOTS_DIR, name)) for name, _ in RUN_PLOT_FILES.values()),
+    *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(
-        str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}.png")),
+        str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}")),
         epoch=range(1, EPOCHS + 1),
-        plot=EPOCH_PLOT_FILES,
+        plot=EPOCH_PLOTS,
     ),
 ]
 
@@ -66,7 +53,7 @@ rule summary_tables:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag summarize --collect --epoch-summaries {input.epochs:q}"
+        "spag summarize-run --epoch-summaries {input.epochs:q}"
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
         " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
         " --eval-games-output {output.eval_games:q} > {log:q} 2>&1"
@@ -77,18 +64,18 @@ rule plots:
         summary=SUMMARY_EPOCHS,
         reasoning=SUMMARY_REASONING,
         eval_games=SUMMARY_EVAL_GAMES,
-        samples=expand(SAMPLES, epoch=range(1, EPOCHS + 1)),
-        loss=[IMITATION_LOSS, *expand(LOSS, epoch=range(1, EPOCHS + 1))],
-        benchmarks=run_benchmarks,
+        samples=lambda wildcards: run_samples().values(),
+        loss=lambda wildcards: run_losses().values(),
+        benchmarks=lambda wildcards: run_benchmarks().values(),
     output:
         **{
-            key: report(
+            plot.key: report(
                 str(Path(PLOTS_DIR, name)),
-                caption=f"../report/{key}.rst",
+                caption=f"../report/{plot.key}.rst",
                 category="Summary",
-                subcategory=sub,
+                subcategory=plot.subcategory,
             )
-            for key, (name, sub) in RUN_PLOT_FILES.items()
+            for name, plot in RUN_PLOTS.items()
         },
     log:
         log_path("plots.log"),
@@ -100,11 +87,14 @@ rule plots:
         **job_resources("cpu"),
     params:
         outdir=lambda wildcards, output: Path(output[0]).parent,
+        samples=lambda wildcards: labelled(run_samples()),
+        loss=lambda wildcards: labelled(run_losses()),
+        benchmarks=lambda wildcards: labelled(run_benchmarks()),
     shell:
-        "spag plots --output-dir {params.outdir:q} --summary {input.summary:q}"
+        "spag plot-run --output-dir {params.outdir:q} --summary {input.summary:q}"
         " --reasoning {input.reasoning:q} --eval-games {input.eval_games:q}"
-        " --samples {input.samples:q} --loss {input.loss:q}"
-        " --benchmarks {input.benchmarks:q} > {log:q} 2>&1"
+        " --samples {params.samples:q} --loss {params.loss:q}"
+        " --benchmarks {params.benchmarks:q} > {log:q} 2>&1"
 
 
 rule epoch_plots:
@@ -114,13 +104,13 @@ rule epoch_plots:
         episodes=EPISODES,
     output:
         **{
-            key: report(
-                str(Path(PLOTS_DIR, "epoch{epoch}", f"{key}.png")),
-                caption=f"../report/epoch_{key}.rst",
+            plot.key: report(
+                str(Path(PLOTS_DIR, "epoch{epoch}", name)),
+                caption=f"../report/epoch_{plot.key}.rst",
                 category="Epoch {epoch}",
-                subcategory="Self-play and training",
+                subcategory=plot.subcategory,
             )
-            for key in EPOCH_PLOT_FILES
+            for name, plot in EPOCH_PLOTS.items()
         },
     log:
         log_path("epoch{epoch}", "plots.log"),
@@ -133,7 +123,7 @@ rule epoch_plots:
     params:
         outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "spag plots --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
+        "spag plot-epoch --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --episodes {input.episodes:q}"
         " > {log:q} 2>&1"
 

@@ -68,6 +68,6 @@ rule train_spag:
         checkpoints=str(CHECKPOINTS / "epoch{epoch}"),
         args=train_args("spag"),
     shell:
-        "{params.launch} spag train --method offline_po --model {input.model:q}"
+        "{params.launch} spag train --model {input.model:q}"
         " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"
         " --checkpoint-dir {params.checkpoints:q} {params.args} > {log:q} 2>&1"

@@ -4,7 +4,7 @@ The games are assembled from hand-written, word-specific clue and reply sentence
 (below) so that they read like real play and cover every outcome: the defender
 slips and says the word, the defender guesses right or wrong, the game runs out
 of turns, or the attacker breaks the rules. Every game is checked against the
-reference judging rules before it is written, so the recorded ``outcome`` is the
+project's judge (spag.judge) before it is written, so the recorded ``outcome`` is the
 one the judge gives. Deterministic: rerunning it gives the same file.
 
     python scripts/make_demo_games.py [--output data/demo_games.json] [--seed 7]
@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 from pathlib import Path
+
+from spag.judge import judge_game
 
 MAX_TURNS = 5
 GUESS = "I know the word! It is {}!"
@@ -858,38 +859,6 @@ AFTER_BREAK = [
 ]
 
 
-# The reference judging rules (derivatives, prediction, mention), kept here so the
-# file can be regenerated without the package; tests check against spag.judge.
-def _derivatives(word: str) -> list[str]:
-    from textblob.en.inflect import pluralize
-
-    w = word.lower()
-    base = [w, w + "ing", w + "ed", pluralize(w)]
-    return base + [q + b + q for q in ('"', "'", "`") for b in base]
-
-
-def judge(history: list[dict], word: str, max_turns: int) -> tuple[str, int]:
-    ders = _derivatives(word)
-    pred = re.compile(r"i know the word! it.{1,8}")
-    correct = [re.compile(r"i know the word! it.{1,8}" + re.escape(d)) for d in ders]
-    n = 0
-    for n, msg in enumerate(history, start=1):
-        text = msg["content"].lower()
-        mentions = any(d in text for d in ders)
-        is_pred = pred.search(text) is not None
-        if msg["role"] == "defender":
-            if is_pred:
-                ok = any(c.search(text) for c in correct)
-                return ("defender_wins" if ok else "attacker_wins"), n
-            if mentions:
-                return "attacker_wins", n
-        elif mentions or is_pred:
-            return "attacker_broke_rules", n
-        if n >= 2 * max_turns:
-            return "tie", n
-    return "tie", n
-
-
 def _join(*parts: str) -> str:
     return " ".join(p for p in parts if p)
 
@@ -963,7 +932,7 @@ def build(seed: int) -> list[dict]:
     games = []
     for i, (spec, scenario) in enumerate(plan):
         history = make_game(rng, spec, scenario)
-        outcome, n = judge(history, spec["word"], MAX_TURNS)
+        outcome, n = judge_game(history, spec["word"], MAX_TURNS)
         if outcome != EXPECTED[scenario]:
             raise SystemExit(f"game {i} ({spec['word']}, {scenario}) judged {outcome} at {n}")
         games.append(

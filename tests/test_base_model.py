@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from spag.base_model import check_model_folder, download_hub_model, prepare_base_model
+
 from spag.cli import main
 from spag.errors import SpagInputError
+from spag.models.base_model import check_model_folder, download_hub_model, prepare_base_model
 
 
 def fake_model(folder: Path, weights: str = "model.safetensors", **config) -> Path:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from spag.cli import main
-from spag.data_formats import (
+from spag.data.formats import (
     ALPACA_PROMPT_INPUT,
     ALPACA_PROMPT_NO_INPUT,
     detect_format,
@@ -19,8 +20,8 @@ from spag.data_formats import (
     load_instructions_json,
     sample_rows,
 )
+from spag.data.tables import EPISODE_FIELDS
 from spag.errors import SpagInputError
-from spag.tables import EPISODE_FIELDS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -8,8 +8,10 @@ import math
 
 import pyarrow as pa
 import pytest
+
 from spag.cli import main
-from spag.eval_table import (
+from spag.data.tables import write_parquet
+from spag.evaluation.games import (
     COLUMNS,
     COUNT_COLUMNS,
     RATE_COLUMNS,
@@ -18,8 +20,7 @@ from spag.eval_table import (
     tally,
     wilson_interval,
 )
-from spag.selfplay import SHARD_SCHEMA
-from spag.tables import write_parquet
+from spag.game.selfplay import SHARD_SCHEMA
 
 GUESS_OK = "I know the word! It is apple!"
 GUESS_BAD = "I know the word! It is pear!"

@@ -8,8 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from spag.cli import main
-from spag.reasoning import geometric_mean, primary_metric, split_metrics, task_scores
+from spag.evaluation.reasoning import geometric_mean, primary_metric, split_metrics, task_scores
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "data" / "lm_eval_tasks"

@@ -5,14 +5,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
+
 from spag.errors import SpagInputError
-from spag.generation.base import (
-    check_model_dir,
-    context_budget,
-    derive_seed,
-    load_backend,
-)
-from spag.rendering import PromptRenderer
+from spag.game.rendering import PromptRenderer
+from spag.generation.base import check_model_dir, context_budget, derive_seed
+from spag.generation.registry import BACKENDS, MODEL_BACKENDS, backend_options, load_backend
 
 PROMPTS = [
     "The game has just started. You are the attacker.",
@@ -27,7 +24,7 @@ def backend(tiny_model_dir):
 
 
 def _gen(backend, prompts, **kw):
-    opts = dict(max_new_tokens=6, temperature=1.2, top_p=1.0, greedy=False, seed=7)
+    opts = dict(max_new_tokens=6, temperature=1.2, top_p=1.0, top_k=0, greedy=False, seed=7)
     opts.update(kw)
     return backend.generate(prompts, **opts)
 
@@ -107,6 +104,24 @@ def test_model_dir_without_tokenizer_is_a_clear_error(tiny_model_dir, tmp_path):
         load_backend("tgi", tiny_model_dir)
 
 
+def test_registry_refuses_an_option_a_backend_does_not_take(tiny_model_dir):
+    # A misspelt option is an error, not silently dropped.
+    with pytest.raises(SpagInputError, match="does not take max_lenght"):
+        load_backend("hf", tiny_model_dir, max_lenght=64)
+    with pytest.raises(SpagInputError, match="does not take batch_size"):
+        load_backend("openai", "openai:http://127.0.0.1:9/v1?model=m", batch_size=2)
+
+
+def test_every_backend_is_in_the_registry_and_the_schema_lists_the_model_backends():
+    from spag.config import load_schema
+
+    schema = load_schema()["properties"]["selfplay"]["properties"]["backend"]
+    assert tuple(schema["enum"]) == MODEL_BACKENDS
+    assert set(MODEL_BACKENDS) < set(BACKENDS)
+    for name in ("hf", "openai"):
+        assert backend_options(name)
+
+
 def test_model_dir_without_safetensors_is_refused(tiny_model_dir, tmp_path):
     other = tmp_path / "bin"
     shutil.copytree(tiny_model_dir, other)
@@ -144,8 +159,9 @@ def test_hf_one_bos_in_model_input(backend):
 def test_hf_greedy_equals_plain_generate_one_at_a_time(backend):
     """The batched decoder (shared prefix, padding, static cache) changes no token."""
     import torch
-    from spag.prompts import load_prompts
     from transformers import GenerationConfig
+
+    from spag.game.prompts import load_prompts
 
     prompts = load_prompts()
     history = [{"role": "attacker", "content": "a sweet red fruit"}]
@@ -234,9 +250,9 @@ def test_hf_prompt_truncation_is_reported(tiny_model_dir):
 
 def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     """Games that keep their prompt's keys/values between calls play the same games."""
+    from spag.game.prompts import load_prompts
+    from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
     from spag.generation.hf_backend import HFBackend
-    from spag.prompts import load_prompts
-    from spag.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
 
     prompts = load_prompts()
     specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0)
@@ -254,6 +270,7 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
 
 def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
     import torch
+
     from spag.generation.hf_backend import HFBackend
 
     vocab, k, n = 1000, 5, 20_000

@@ -7,9 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from spag.cli import main
+from spag.data.tables import SAMPLE_SCHEMA
 from spag.judge import judge_game
-from spag.tables import SAMPLE_SCHEMA
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

@@ -1,4 +1,4 @@
-"""The judge (DESIGN section 2) on hand-written cases and against a literal restatement."""
+"""The judge (docs/design.md section 2) on hand-written cases and against a literal restatement."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from spag.judge import (
     ATTACKER_BROKE_RULES,
     ATTACKER_WINS,

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from spag.launch import (
+
+from spag.cluster import (
     DEFAULT_GROWTH_CAP,
     RDZV_PORT,
     ceiling,
@@ -161,7 +162,7 @@ def test_paper_config_retries_stay_within_its_ceilings():
 
 # ---------------------------------------------------------------- sbatch through the plugin
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "workflow_scripts" / "spag" / "schemas" / "config.schema.yaml"
+SCHEMA = REPO / "src" / "spag" / "schemas" / "config.schema.yaml"
 SLURM_README = REPO / "profiles" / "slurm" / "README.md"
 
 

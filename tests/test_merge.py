@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from spag.cli import main
-from spag.tables import EPISODE_FIELDS, OUTCOMES
+from spag.data.tables import EPISODE_FIELDS, OUTCOMES
 
 ROLES = ("attacker", "defender")
 

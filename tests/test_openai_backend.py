@@ -8,6 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
 from spag.errors import SpagInputError
 from spag.generation.base import Reply
 from spag.generation.openai_backend import (
@@ -81,7 +82,7 @@ def endpoint():
 
 
 def _generate(backend, prompts, **kw):
-    opts = dict(max_new_tokens=16, temperature=1.2, top_p=0.9, greedy=True, seed=5)
+    opts = dict(max_new_tokens=16, temperature=1.2, top_p=0.9, top_k=0, greedy=True, seed=5)
     opts.update(kw)
     return backend.generate(prompts, **opts)
 
@@ -184,8 +185,8 @@ def test_spec_parsing():
 
 def test_plays_games_as_the_opponent(endpoint):
     """The game loop runs with the endpoint as the opponent of a local player."""
-    from spag.prompts import load_prompts
-    from spag.selfplay import OPPONENT, POLICY, PlaySettings, evaluation_specs, play_games
+    from spag.game.prompts import load_prompts
+    from spag.game.selfplay import OPPONENT, POLICY, PlaySettings, evaluation_specs, play_games
 
     class Local:
         name = "scripted"
@@ -209,6 +210,7 @@ def test_plays_games_as_the_opponent(endpoint):
 def test_spag_play_uses_an_endpoint_opponent(endpoint, tiny_model_dir, tmp_path):
     """`spag play --opponent openai:...` plays the local model against the endpoint."""
     import pyarrow.parquet as pq
+
     from spag.cli import main
 
     words = tmp_path / "words.txt"

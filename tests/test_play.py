@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,8 +17,10 @@ from play_helpers import (
     child_command,
     write_words,
 )
+from workflow_utils import failing_shards_env
+
 from spag.cli import main
-from spag.selfplay import (
+from spag.game.selfplay import (
     OPPONENT,
     POLICY,
     SHARD_SCHEMA,
@@ -290,17 +293,20 @@ def test_bad_inputs_are_clear_errors(tiny_model_dir, words_file, tmp_path, capsy
     assert not out.exists()
 
 
-def test_fault_hook_fails_the_named_shard(
-    tiny_model_dir, words_file, tmp_path, monkeypatch, capsys
-):
+def test_test_fault_plugin_fails_the_named_shard(tiny_model_dir, words_file, tmp_path):
+    # The shard-failure tests' fault comes from tests/faults, not from the package.
+    env = dict(os.environ, **failing_shards_env(3, 1))
+    spag = [sys.executable, "-m", "spag", "play", "--model", str(tiny_model_dir)]
+    spag += ["--words", str(words_file), "--num-shards", "2", "--max-new-tokens", "4"]
     out = tmp_path / "shard_001.parquet"
-    monkeypatch.setenv("SPAG_FAIL_SHARDS", "3, 1")
-    rc = _play(tiny_model_dir, words_file, out, "--shard-index", "1", "--num-shards", "2")
-    assert rc != 0 and not out.exists()
-    assert "fails on purpose" in capsys.readouterr().err
+    res = subprocess.run(
+        [*spag, "--shard-index", "1", "--output", str(out)], env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 3 and not out.exists()
+    assert "fails on purpose" in res.stderr
     ok = tmp_path / "shard_000.parquet"
-    assert _play(tiny_model_dir, words_file, ok, "--shard-index", "0", "--num-shards", "2") == 0
-    assert ok.exists()
+    res = subprocess.run([*spag, "--shard-index", "0", "--output", str(ok)], env=env)
+    assert res.returncode == 0 and ok.exists()
 
 
 def test_failure_while_writing_leaves_no_file(tiny_model_dir, words_file, tmp_path, monkeypatch):

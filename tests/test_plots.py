@@ -1,7 +1,10 @@
-"""Report plots (spag plots): every file is written, with data or with a 'no data' note."""
+"""Report plots (spag plot-run, spag plot-epoch): every file is written, with data or with a
+'no data' note; the rules declare the same files; inputs come as LABEL=PATH."""
 
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +13,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_summarize import eval_games_tsv, make_epoch_files, reasoning_json, summarize_argv
+from workflow_utils import REPO, make_workdir, snakemake
+
 from spag.cli import main
 from spag.errors import SpagInputError
-from spag.plots import EPOCH_PLOTS, RUN_PLOTS, benchmark_step, source_name, win_rate_table
-from test_summarize import eval_games_tsv, make_epoch_files, reasoning_json, summarize_argv
+from spag.report.inputs import LabelledPaths, labelled_path
+from spag.report.plots import EPOCH_PLOTS, RUN_PLOTS, benchmark_step, win_rate_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -47,8 +53,7 @@ def run_tables(tmp_path):
     assert (
         main(
             [
-                "summarize",
-                "--collect",
+                "summarize-run",
                 "--epoch-summaries",
                 *map(str, summaries),
                 "--reasoning",
@@ -74,7 +79,7 @@ def test_run_plots_all_written(run_tables):
     root, summary, long = run_tables
     out = root / "plots"
     argv = [
-        "plots",
+        "plot-run",
         "--output-dir",
         str(out),
         "--summary",
@@ -84,12 +89,17 @@ def test_run_plots_all_written(run_tables):
         "--eval-games",
         str(root / "summary" / "eval_games.tsv"),
         "--samples",
-        *(str(root / f"epoch{e}" / "samples.parquet") for e in (1, 2)),
+        *(f"{e}={root / f'epoch{e}' / 'samples.parquet'}" for e in (1, 2)),
         "--loss",
-        str(root / "imitation" / "loss.tsv"),
-        *(str(root / f"epoch{e}" / "loss.tsv") for e in (1, 2)),
+        f"imitation={root / 'imitation' / 'loss.tsv'}",
+        *(f"epoch{e}={root / f'epoch{e}' / 'loss.tsv'}" for e in (1, 2)),
         "--benchmarks",
-        *map(str, sorted((root / "benchmarks").rglob("*.tsv"))),
+        *(
+            f"selfplay/epoch{e}/shard_{s:03d}={root / 'benchmarks' / f'epoch{e}' / 'selfplay'}"
+            f"/shard_{s:03d}.tsv"
+            for e in (1, 2)
+            for s in range(2)
+        ),
     ]
     assert main(argv) == 0
     for name in RUN_PLOTS:
@@ -100,7 +110,7 @@ def test_run_plots_all_written(run_tables):
 def test_run_plots_without_optional_inputs(run_tables, tmp_path):
     _, summary, _ = run_tables
     out = tmp_path / "bare"
-    assert main(["plots", "--output-dir", str(out), "--summary", str(summary)]) == 0
+    assert main(["plot-run", "--output-dir", str(out), "--summary", str(summary)]) == 0
     for name in RUN_PLOTS:
         assert _is_png(out / name), name
 
@@ -122,7 +132,7 @@ def test_epoch_plots(tmp_path):
     assert (
         main(
             [
-                "plots",
+                "plot-epoch",
                 "--epoch",
                 "3",
                 "--output-dir",
@@ -142,12 +152,14 @@ def test_epoch_plots(tmp_path):
 
 
 def test_epoch_plots_need_their_inputs(tmp_path, capsys):
-    assert main(["plots", "--epoch", "1", "--output-dir", str(tmp_path)]) == 2
-    assert "--episodes" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["plot-epoch", "--epoch", "1", "--output-dir", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "--samples, --loss, --episodes" in capsys.readouterr().err
 
 
 def test_missing_summary_names_the_file(tmp_path):
-    from spag.plots import run_plots
+    from spag.report.plots import run_plots
 
     with pytest.raises(SpagInputError, match="nope.tsv"):
         run_plots(tmp_path, summary=tmp_path / "nope.tsv")
@@ -157,36 +169,96 @@ def test_missing_summary_names_the_file(tmp_path):
         run_plots(tmp_path, summary=bad)
 
 
-def test_names_from_paths():
-    assert source_name("results/epoch12/loss.tsv") == "epoch12"
-    assert source_name("results/imitation/loss.tsv") == "imitation"
-    assert benchmark_step("results/benchmarks/epoch2/selfplay/shard_001.tsv") == "selfplay"
-    assert benchmark_step("results/benchmarks/epoch2/train.tsv") == "train"
-    assert benchmark_step("results/benchmarks/eval/reasoning_epoch1.tsv") == "eval_reasoning"
-    assert benchmark_step("results/benchmarks/imitation/train.tsv") == "imitation_train"
+def test_labelled_path_arguments():
+    assert labelled_path("1=results/epoch1/samples.parquet") == (
+        "1",
+        "results/epoch1/samples.parquet",
+    )
+    assert labelled_path("odd=dir/a=b.tsv") == ("odd", "dir/a=b.tsv")  # the first '=' ends it
+    for bad in ("results/epoch1/loss.tsv", "=x.tsv", "label=", " =x.tsv"):
+        with pytest.raises(argparse.ArgumentTypeError, match="is not LABEL=PATH"):
+            labelled_path(bad)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--loss", nargs="+", type=labelled_path, action=LabelledPaths)
+    args = parser.parse_args(["--loss", "imitation=a.tsv", "epoch1=b.tsv"])
+    assert args.loss == {"imitation": "a.tsv", "epoch1": "b.tsv"}
+    assert list(args.loss) == ["imitation", "epoch1"]  # the order given
+
+
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("--loss", "results/epoch1/loss.tsv", "argument --loss: 'results/epoch1/loss.tsv' is not "),
+        ("--benchmarks", "=b.tsv", "argument --benchmarks: '=b.tsv' is not LABEL=PATH"),
+        ("--samples", "1=a.parquet 1=b.parquet", "argument --samples: label '1' given twice"),
+    ],
+)
+def test_plot_run_bad_labelled_argument_names_it(tmp_path, capsys, option, value, message):
+    argv = ["plot-run", "--output-dir", str(tmp_path), "--summary", "s.tsv", option]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, *value.split()])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_plot_run_samples_label_is_an_epoch(run_tables, tmp_path, capsys):
+    root, summary, _ = run_tables
+    samples = f"first={root / 'epoch1' / 'samples.parquet'}"
+    argv = ["plot-run", "--output-dir", str(tmp_path / "out"), "--summary", str(summary)]
+    assert main([*argv, "--samples", samples]) == 2
+    assert "--samples first=" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_step_runtime_sums_jobs_per_step(tmp_path, monkeypatch):
+    import spag.report.plots as plots
+
+    files = {}
+    for label, s in (("selfplay/epoch1/shard_000", 2), ("selfplay/epoch1/shard_001", 3)):
+        files[label] = tmp_path / f"{label.replace('/', '_')}.tsv"
+        files[label].write_text(f"s\th:m:s\n{s}\t0:00:0{s}\n")
+    files["train_spag/epoch1"] = tmp_path / "train.tsv"
+    files["train_spag/epoch1"].write_text("s\n10\n")
+    files["no_time/epoch1"] = tmp_path / "no_time.tsv"
+    files["no_time/epoch1"].write_text("max_rss\n1\n")
+    assert benchmark_step("selfplay/epoch1/shard_000") == "selfplay"
+    assert benchmark_step("target_words") == "target_words"
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
+    plots.plot_step_runtime(files, "unused.png")
+    (ax,) = figures[0].axes
+    bars = {
+        t.get_text(): p.get_width() for t, p in zip(ax.get_yticklabels(), ax.patches, strict=True)
+    }
+    assert bars == {"selfplay": 5.0, "train_spag": 10.0}
 
 
 def test_plots_do_not_import_torch():
     code = (
-        "import sys; from spag.cli import main; import spag.plots; "
+        "import sys; from spag.cli import main; import spag.report.plots; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_selfplay_seconds_from_benchmarks(run_tables):
-    from spag.plots import selfplay_seconds
+def test_generation_speed_is_the_summarys(run_tables, monkeypatch):
+    """The plot draws the summary's tokens/s (from the shard benchmarks), computed once."""
+    import spag.report.plots as plots
 
-    root, _, _ = run_tables
-    benches = sorted((root / "benchmarks").rglob("*.tsv"))
-    other = root / "benchmarks" / "epoch1" / "train.tsv"
-    other.write_text("s\n100\n")
-    assert selfplay_seconds([*benches, other]) == {1: 5.0, 2: 5.0}
+    _, summary, _ = run_tables
+    df = pd.read_csv(summary, sep="\t")
+    assert df["gen_tokens_per_s"].tolist() == pytest.approx([12.0, 12.0])  # 60 tokens, 5 s
+    figures = []
+    monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
+    plots.plot_generation_speed(df, "unused.png")
+    (line,) = figures[0].axes[1].get_lines()
+    assert list(line.get_ydata()) == pytest.approx([12.0, 12.0])
 
 
 def _drawn_win_rates(monkeypatch, summary, eval_games=None):
     """The axis of the win-rate plot, kept from being closed."""
-    import spag.plots as plots
+    import spag.report.plots as plots
 
     figures = []
     monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
@@ -235,10 +307,55 @@ def test_win_rate_table_from_the_epoch_summary_alone(run_tables, monkeypatch):
 
 
 def test_eval_games_table_needs_its_columns(run_tables, tmp_path):
-    from spag.plots import run_plots
+    from spag.report.plots import run_plots
 
     _, summary, _ = run_tables
     bad = tmp_path / "eval_games.tsv"
     bad.write_text("model\trole\nbase\tall\n")
-    with pytest.raises(SpagInputError, match="eval_games.tsv: missing column 'epoch'"):
+    with pytest.raises(SpagInputError, match="eval_games.tsv: missing columns 'epoch', 'win"):
         run_plots(tmp_path / "out", summary=summary, eval_games=bad)
+
+
+def test_plot_names_have_captions():
+    for plot in RUN_PLOTS.values():
+        assert (REPO / "report" / f"{plot.key}.rst").is_file(), plot.key
+    for plot in EPOCH_PLOTS.values():
+        assert (REPO / "report" / f"epoch_{plot.key}.rst").is_file(), plot.key
+
+
+def _job(stdout: str, rule: str) -> list[str]:
+    """The dry run's text of every job of ``rule`` (from 'rule NAME:' to the blank line)."""
+    return re.findall(rf"^rule {rule}:\n(.*?)(?:\n\n|\Z)", stdout, flags=re.S | re.M)
+
+
+def _field(block: str, name: str) -> list[str]:
+    (line,) = [ln for ln in block.splitlines() if ln.strip().startswith(f"{name}: ")]
+    return line.split(": ", 1)[1].split(", ")
+
+
+def test_rules_declare_the_package_plot_files(tmp_path):
+    """rules/report.smk's plot outputs are spag.report.names' files; plot-run gets labels."""
+    wd = make_workdir(tmp_path / "wd")
+    res = snakemake(wd, "report_inputs", "-n", "-p", config={"epochs": 2})
+    assert res.returncode == 0, res.stderr + res.stdout
+    (run,) = _job(res.stdout, "plots")
+    assert _field(run, "output") == [f"results/plots/{name}" for name in RUN_PLOTS]
+    epochs = _job(res.stdout, "epoch_plots")
+    assert sorted(tuple(_field(b, "output")) for b in epochs) == [
+        tuple(f"results/plots/epoch{e}/{name}" for name in EPOCH_PLOTS) for e in (1, 2)
+    ]
+    (shell,) = [ln for ln in res.stdout.splitlines() if "spag plot-run " in ln]
+    assert "--samples 1=results/epoch1/samples.parquet 2=results/epoch2/samples.parquet " in shell
+    assert (
+        "--loss imitation=results/imitation/loss.tsv epoch1=results/epoch1/loss.tsv "
+        "epoch2=results/epoch2/loss.tsv " in shell
+    )
+    benchmarks = shell.split("--benchmarks ")[1].split(" >")[0].split()
+    labels = dict(entry.split("=", 1) for entry in benchmarks)
+    assert len(labels) == len(benchmarks)  # one label per job
+    assert labels["train_spag/epoch2"] == "results/benchmarks/epoch2/train.tsv"
+    assert labels["selfplay/epoch1/shard_002"] == "results/benchmarks/epoch1/selfplay/shard_002.tsv"
+    assert labels["eval_play_baseline/imitation"] == "results/benchmarks/eval/play_imitation.tsv"
+    assert labels["target_words"] == "results/benchmarks/target_words.tsv"
+    # Every benchmark file the rule waits for is passed, labelled, to plot-run.
+    assert {p for p in _field(run, "input") if "/benchmarks/" in p} == set(labels.values())

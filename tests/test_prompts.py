@@ -1,4 +1,4 @@
-"""Prompt texts (DESIGN section 5): the play prompt, randomised training prompts, the file."""
+"""Prompt texts (docs/design.md section 5): the play prompt, randomised training prompts, the file."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+
 from spag.errors import SpagInputError
-from spag.prompts import GUESS_PHRASE, default_prompts_path, load_prompts
+from spag.game.prompts import GUESS_PHRASE, default_prompts_path, load_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 HISTORY = [

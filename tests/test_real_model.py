@@ -8,9 +8,15 @@ import json
 import shutil
 
 import pytest
-from spag.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file, prepare_base_model
+
 from spag.errors import SpagInputError
 from spag.generation import load_backend
+from spag.models.base_model import (
+    PACKAGED_MODELS,
+    check_gguf,
+    packaged_model_file,
+    prepare_base_model,
+)
 
 
 def test_converted_model_is_a_safetensors_llama_with_its_chat_tokenizer(smollm2_dir):

@@ -4,8 +4,9 @@ on the tiny tokenizer and on SmolLM2's (a real tokenizer without a BOS of its ow
 from __future__ import annotations
 
 import pytest
+
 from spag.errors import SpagInputError
-from spag.rendering import PromptRenderer
+from spag.game.rendering import PromptRenderer
 from spag.training.collate import encode_pairs
 
 # A ChatML-like template for the tiny tokenizer, made of its own special tokens.

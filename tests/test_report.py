@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from spag.plots import EPOCH_PLOTS, RUN_PLOTS
 from workflow_utils import TINY_OVERLAY, job_counts, make_workdir, snakemake
+
+from spag.report.plots import EPOCH_PLOTS, RUN_PLOTS
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""Rewards, role weights and the samples table (DESIGN section 3 and 6)."""
+"""Rewards, role weights and the samples table (docs/design.md section 3 and 6)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from spag.cli import main
+from spag.data.tables import EPISODE_FIELDS, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
+from spag.game.rewards import assign_rewards, imitation_samples, role_weights
 from spag.judge import judge_game
-from spag.rewards import assign_rewards, imitation_samples, role_weights
-from spag.tables import EPISODE_FIELDS, SAMPLE_SCHEMA
 
 ROLES = ("attacker", "defender")
 
@@ -227,7 +228,7 @@ def test_command_end_to_end(tmp_path):
 
 
 def test_command_accepts_judged_episodes(tmp_path):
-    from spag.episodes import judge_table
+    from spag.game.episodes import judge_table
 
     ep = tmp_path / "episodes.parquet"
     pq.write_table(judge_table(episodes_table(GAMES)), ep)

@@ -1,4 +1,4 @@
-"""Per-epoch summary rows and the run-wide summary tables (spag summarize)."""
+"""Per-epoch summary rows and the run-wide summary tables (spag summarize-epoch / -run)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from spag.cli import main
+from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
-from spag.eval_table import COLUMNS as EVAL_COLUMNS
-from spag.eval_table import wilson_interval
-from spag.summary import (
+from spag.evaluation.games import COLUMNS as EVAL_COLUMNS
+from spag.evaluation.games import wilson_interval
+from spag.report.summary import (
     GMEAN_TASK,
     SUMMARY_COLUMNS,
     collect_epochs,
@@ -27,7 +29,6 @@ from spag.summary import (
     outcome_summary,
     sample_summary,
 )
-from spag.tables import SAMPLE_SCHEMA
 
 OUTCOME_COUNTS = {"attacker_wins": 3, "defender_wins": 1, "attacker_broke_rules": 2, "tie": 4}
 LOSS_TSV = (
@@ -175,8 +176,8 @@ def make_epoch_files(root: Path, epoch: int, scores: dict[str, float] | None = N
 
 
 def summarize_argv(epoch: int, files: dict, out: Path, benchmarks: bool = False) -> list[str]:
-    """The `spag summarize` command line of one epoch over ``make_epoch_files`` output."""
-    argv = ["summarize", "--epoch", str(epoch)]
+    """The `spag summarize-epoch` command line over ``make_epoch_files`` output."""
+    argv = ["summarize-epoch", "--epoch", str(epoch)]
     for key in ("outcomes", "samples", "loss", "eval_games", "reasoning"):
         argv += [f"--{key.replace('_', '-')}", str(files[key])]
     argv += ["--selfplay", *map(str, files["selfplay"])]
@@ -303,8 +304,15 @@ def test_bad_inputs_name_the_file(tmp_path):
 
 def test_cli_bad_input_exits_2(tmp_path, capsys):
     out = tmp_path / "x.tsv"
-    assert main(["summarize", "--epoch", "1", "--output", str(out)]) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["summarize-epoch", "--epoch", "1", "--output", str(out)])
+    assert exc.value.code == 2
     assert "--outcomes" in capsys.readouterr().err
+    assert not out.exists()
+    files = make_epoch_files(tmp_path, 1)
+    files["outcomes"] = tmp_path / "nope.tsv"
+    assert main(summarize_argv(1, files, out)) == 2
+    assert "nope.tsv" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -338,8 +346,7 @@ def test_collect_epochs_and_reasoning(tmp_path):
     assert (
         main(
             [
-                "summarize",
-                "--collect",
+                "summarize-run",
                 "--epoch-summaries",
                 *map(str, summaries),
                 "--reasoning",
@@ -403,7 +410,7 @@ def test_collect_eval_games_in_run_order(tmp_path):
     files = make_epoch_files(tmp_path, 1)
     assert main(summarize_argv(1, files, summary)) == 0
     out = tmp_path / "summary" / "eval_games.tsv"
-    argv = ["summarize", "--collect", "--epoch-summaries", str(summary), "--output"]
+    argv = ["summarize-run", "--epoch-summaries", str(summary), "--output"]
     argv += [str(tmp_path / "summary" / "epochs.tsv")]
     assert main([*argv, "--eval-games", *map(str, paths), "--eval-games-output", str(out)]) == 0
     written = pd.read_csv(out, sep="\t")
@@ -424,21 +431,16 @@ def test_collect_eval_games_bad_inputs(tmp_path, capsys):
     files = make_epoch_files(tmp_path, 1)
     out = tmp_path / "s.tsv"
     assert main(summarize_argv(1, files, out)) == 0
-    argv = [
-        "summarize",
-        "--collect",
-        "--epoch-summaries",
-        str(out),
-        "--output",
-        str(tmp_path / "e"),
-    ]
+    argv = ["summarize-run", "--epoch-summaries", str(out), "--output", str(tmp_path / "e")]
     assert main([*argv, "--eval-games", str(files["eval_games"])]) == 2
     assert "--eval-games-output" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()
     argv = summarize_argv(1, files, tmp_path / "one.tsv")
     i = argv.index("--eval-games")
-    argv.insert(i + 1, str(files["eval_games"]))  # two tables in epoch mode
-    assert main(argv) == 2
-    assert "one --eval-games" in capsys.readouterr().err
+    argv.insert(i + 1, str(files["eval_games"]))  # one epoch has one table
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert "unrecognized arguments" in capsys.readouterr().err
 
 
 def test_model_order():

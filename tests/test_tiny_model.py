@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from spag.errors import SpagInputError
-from spag.tiny_model import build_tiny_model
+from spag.models.tiny import build_tiny_model
 
 TEXT = "The attacker gives a clue about the river, and the defender thinks carefully."
 

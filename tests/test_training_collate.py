@@ -8,8 +8,10 @@ import random
 import pyarrow as pa
 import pytest
 import torch
+from training_samples import sample_rows
+
+from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
-from spag.tables import SAMPLE_SCHEMA
 from spag.training.collate import (
     SKIP_EMPTY_TARGET,
     SKIP_TARGET_TOO_LONG,
@@ -22,7 +24,6 @@ from spag.training.collate import (
     padding_fraction,
 )
 from spag.training.losses import IGNORE_INDEX
-from training_samples import sample_rows
 
 
 @pytest.fixture(scope="module")

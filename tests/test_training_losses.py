@@ -1,4 +1,4 @@
-"""The DESIGN section 4 losses and their gradients against hand-computed values."""
+"""The docs/design.md section 4 losses and their gradients against hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from spag.training.losses import (
     IGNORE_INDEX,
     first_needed_logit,

@@ -14,7 +14,8 @@ def gpu_model_dir(tmp_path_factory):
     """A tiny Llama whose head size vLLM's attention kernels accept (64)."""
     pytest.importorskip("vllm", reason="vllm is not installed (conda env envs/vllm.yaml)")
     from conftest import DATA
-    from spag.tiny_model import build_tiny_model
+
+    from spag.models.tiny import build_tiny_model
 
     corpus = sorted(p for p in DATA.glob("*") if p.suffix in (".json", ".yaml", ".txt"))
     out = tmp_path_factory.mktemp("gpu") / "model"
@@ -31,7 +32,7 @@ def backend(gpu_model_dir):
 
 
 def _gen(backend, prompts, **kw):
-    opts = dict(max_new_tokens=16, temperature=1.2, top_p=1.0, greedy=False, seed=5)
+    opts = dict(max_new_tokens=16, temperature=1.2, top_p=1.0, top_k=0, greedy=False, seed=5)
     opts.update(kw)
     return backend.generate(prompts, **opts)
 
@@ -59,6 +60,7 @@ def test_vllm_greedy_matches_hf_first_tokens(backend, gpu_model_dir):
 
 def test_vllm_play_cli_writes_a_shard(gpu_model_dir, tmp_path):
     import pyarrow.parquet as pq
+
     from spag.cli import main
 
     words = tmp_path / "words.txt"

@@ -38,9 +38,10 @@ def fake_vllm(monkeypatch):
 
 
 def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model_dir):
-    from spag.generation import load_backend
-    from spag.rendering import PromptRenderer
     from transformers import AutoTokenizer
+
+    from spag.game.rendering import PromptRenderer
+    from spag.generation import load_backend
 
     backend = load_backend("vllm", tiny_model_dir, max_length=256)
     opts = dict(max_new_tokens=16, temperature=1.2, top_p=1.0, seed=3)

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from spag.cli import main
-from spag.errors import SpagInputError
-from spag.words import (
+from spag.data.words import (
     clean_word_list,
     filter_candidates,
     read_stopwords,
@@ -18,6 +18,7 @@ from spag.words import (
     shard_words,
     split_words,
 )
+from spag.errors import SpagInputError
 
 REPO = Path(__file__).resolve().parents[1]
 STOPWORDS = REPO / "data" / "stopwords.txt"
@@ -281,6 +282,6 @@ def test_shard_seed_is_stable_and_distinct():
 
 
 def test_shard_seed_agrees_with_selfplay():
-    selfplay = pytest.importorskip("spag.selfplay")
+    selfplay = pytest.importorskip("spag.game.selfplay")
     for args in [(0, 1, 0), (42, 3, 17)]:
         assert shard_seed(*args) == selfplay.shard_seed(*args)

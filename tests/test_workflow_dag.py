@@ -115,7 +115,7 @@ def test_epoch_target_plans_baseline_games(workdir):
 def test_report_tables_and_plots_take_every_model(workdir):
     res = snakemake(workdir, "all", "-n", "-p", config={"epochs": 2})
     assert res.returncode == 0, res.stderr
-    (collect,) = _shell_lines(res.stdout, "spag summarize --collect")
+    (collect,) = _shell_lines(res.stdout, "spag summarize-run")
     tables = collect.split("--eval-games ")[1].split(" --")[0].split()
     assert tables == [
         "results/eval/games/base.tsv",
@@ -124,7 +124,7 @@ def test_report_tables_and_plots_take_every_model(workdir):
         "results/epoch2/eval/games.tsv",
     ]
     assert "--eval-games-output results/summary/eval_games.tsv" in collect
-    (plots,) = _shell_lines(res.stdout, "spag plots --output-dir results/plots ")
+    (plots,) = _shell_lines(res.stdout, "spag plot-run --output-dir results/plots ")
     assert "--eval-games results/summary/eval_games.tsv" in plots
     # The runtime plot counts the baseline games with the other evaluation games.
     for bench in ("eval/play_base.tsv", "eval/games_imitation.tsv"):
@@ -138,7 +138,7 @@ def test_report_tables_and_plots_take_every_model(workdir):
         ({"bogus": 1}, "bogus"),
         ({"epochs": 0}, "epochs"),
         ({"selfplay": {"backend": "tgi"}}, "selfplay.backend"),
-        # refused by spag.launch.family_resources when the rules are parsed
+        # refused by spag.cluster.family_resources when the rules are parsed
         ({"resources": {"train": {"mem_mb": 5000, "max_mem_mb": 1000}}}, "train.max_mem_mb"),
         ({"resources": {"selfplay": {"slurm_extra": "--qos=high"}}}, "resources.selfplay.qos"),
     ],
@@ -191,7 +191,11 @@ def test_multi_node_training_launches_srun_torchrun(workdir):
         config={"resources": {"train": {"gpus": 4, "nodes": 2, "cpus": 16}}},
     )
     assert res.returncode == 0, res.stderr
-    train = next(line for line in res.stdout.splitlines() if "spag train --method sft_kl" in line)
+    train = next(
+        line
+        for line in res.stdout.splitlines()
+        if "spag train" in line and "--method sft_kl" in line
+    )
     assert "srun --nodes 2" in train and "--nproc_per_node 4" in train
     assert "--rdzv_backend c10d" in train
     assert "gres=gpu:4" in res.stdout and "cpus_per_task=16" in res.stdout

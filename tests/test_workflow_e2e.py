@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-from workflow_utils import TINY_OVERLAY, job_counts, make_workdir, snakemake
+from workflow_utils import (
+    TINY_OVERLAY,
+    failing_shards_env,
+    job_counts,
+    make_workdir,
+    snakemake,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +40,7 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     shard1 = wd / "results/epoch1/selfplay/shard_001.parquet"
 
     # 1. Shard 1 fails on purpose; --keep-going lets everything else that can, finish.
-    res = snakemake(wd, "spag_epoch1", "--keep-going", env={"SPAG_FAIL_SHARDS": "1"})
+    res = snakemake(wd, "spag_epoch1", "--keep-going", env=failing_shards_env(1))
     assert res.returncode != 0
     assert shard0.is_file() and not shard1.exists(), res.stderr[-3000:]
     assert (wd / "results/imitation/model/config.json").is_file()

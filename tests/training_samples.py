@@ -6,7 +6,8 @@ import random
 from pathlib import Path
 
 import pyarrow as pa
-from spag.tables import SAMPLE_SCHEMA, write_parquet
+
+from spag.data.tables import SAMPLE_SCHEMA, write_parquet
 
 WORDS = (
     "the game starts now tell me about a thing you use in a kitchen every day "

@@ -63,6 +63,15 @@ def snakemake(
     )
 
 
+FAULTS_DIR = Path(__file__).resolve().parent / "faults"
+
+
+def failing_shards_env(*shards: int) -> dict[str, str]:
+    """Environment that makes `spag play` fail for these shard indices (tests/faults)."""
+    path = os.pathsep.join(p for p in (str(FAULTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "SPAG_TEST_FAIL_SHARDS": ",".join(map(str, shards))}
+
+
 _JOB_ROW = re.compile(r"^(\w+)\s+(\d+)$")
 
 

@@ -1,0 +1,341 @@
+"""Benchmark of ``spag assign-rewards`` against a straightforward per-game implementation.
+
+Generates synthetic episodes (about 5 turns per game, a mix of all outcomes),
+runs ``spag assign-rewards`` as a subprocess (wall time, peak RSS of the child),
+then runs the baseline: a per-game loop written the way the research code is
+written (derivatives recomputed for every message, regular expressions given
+as strings, samples built as dicts, JSON output). Both outputs are compared
+(outcome counts, targets, rewards, weights) before the figures are reported.
+
+    python perf/bench_assign_rewards.py [--episodes 50000] [--repeat 3]
+        [--results perf/results/assign_rewards.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORDS = [
+    "apple",
+    "river",
+    "mountain",
+    "candle",
+    "window",
+    "garden",
+    "pencil",
+    "bridge",
+    "cloud",
+    "guitar",
+    "mouse",
+    "child",
+    "city",
+    "knife",
+    "bus",
+    "sheep",
+    "person",
+    "story",
+    "engine",
+    "ticket",
+    "market",
+    "planet",
+    "forest",
+    "bottle",
+    "letter",
+    "doctor",
+    "island",
+    "winter",
+    "coffee",
+    "basket",
+    "mirror",
+    "ladder",
+    "pocket",
+    "hammer",
+    "jacket",
+    "camera",
+    "rocket",
+]
+FILLER = [
+    "Let us talk about something you enjoy doing on a quiet weekend.",
+    "That sounds lovely; what do you usually bring along with you?",
+    "I often think about places where people meet and share stories.",
+    "Hmm, I am not sure what you are hinting at, can you say more?",
+    "Imagine a busy morning in a small town near the coast.",
+    "I would probably walk around and look at the shops first.",
+    "What would you use if you needed to reach something very high?",
+    "Maybe I would ask a friend for help or find a chair to stand on.",
+    "Think of the things that keep you warm when the weather turns cold.",
+    "A thick blanket, a hot drink and a good book, I suppose.",
+]
+
+
+def synthetic_history(rng: random.Random, word: str, max_turns: int) -> list[dict]:
+    """A game whose end is drawn from a realistic mix of outcomes."""
+    r = rng.random()
+    if r < 0.26:
+        end, how = rng.randint(1, 3), "mention"  # defender says the word
+    elif r < 0.31:
+        end, how = rng.randint(1, 3), "wrong_guess"
+    elif r < 0.43:
+        end, how = rng.randint(1, 3), "right_guess"
+    elif r < 0.51:
+        end, how = rng.randint(0, 2), "attacker_says"
+    else:
+        end, how = max_turns, "tie"
+    history = []
+    for t in range(max_turns):
+        att = rng.choice(FILLER)
+        if how == "attacker_says" and t == end:
+            att = f"{att} It is a bit like a {word}."
+        history.append({"role": "attacker", "content": att})
+        if how == "attacker_says" and t == end:
+            break
+        dfd = rng.choice(FILLER)
+        if t + 1 == end:
+            if how == "mention":
+                dfd = f"{dfd} Perhaps I would use my {word} for that."
+            elif how == "wrong_guess":
+                dfd = "I know the word! It is `lantern`!"
+            elif how == "right_guess":
+                dfd = f'I know the word! It is "{word}"!'
+        history.append({"role": "defender", "content": dfd})
+        if t + 1 == end and how != "tie":
+            break
+    return history
+
+
+def write_episodes(path: Path, n: int, seed: int = 0) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from spag.data.tables import EPISODE_FIELDS
+
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(n)]
+    table = pa.Table.from_pydict(
+        {
+            "episode_id": [f"ep{i:06d}" for i in range(n)],
+            "target_word": words,
+            "max_turns": [5] * n,
+            "history": [synthetic_history(rng, w, 5) for w in words],
+        },
+        schema=pa.schema(EPISODE_FIELDS),
+    )
+    pq.write_table(table, path)
+
+
+# --- Baseline: the research code's structure, restated ---------------------------------
+
+BASELINE = r"""
+import json, random, re, sys
+import pyarrow.parquet as pq
+from textblob.en.inflect import pluralize
+
+PREDICT = r"i know the word! it.{1,8}"
+RULES = ["Rules of the game, {max_turns} turns. " * 20, "Another text, {max_turns} rounds. " * 20]
+INSTRUCT = {"attacker": "You are the attacker. The target word is `{target_word}`.",
+            "defender": "You are the defender. Find the target word."}
+
+def derivatives(word):
+    word = word.lower()
+    forms = [word, word + "ing", word + "ed", pluralize(word)]
+    return forms + [q + f + q for f in forms for q in ('"', "'", "`")]
+
+def has_target_word(content, word):
+    return any(d in content.lower() for d in derivatives(word))
+
+def is_prediction(content):
+    return re.search(PREDICT, content.lower()) is not None
+
+def is_correct_prediction(content, word):
+    return any(re.search(PREDICT + re.escape(d), content.lower()) for d in derivatives(word))
+
+def outcome(history, word, max_turns):
+    n = 0
+    for m in history:
+        n += 1
+        if m["role"] == "defender":
+            if is_prediction(m["content"]):
+                return ("defender_wins" if is_correct_prediction(m["content"], word)
+                        else "attacker_wins"), n
+            elif has_target_word(m["content"], word):
+                return "attacker_wins", n
+        else:
+            if has_target_word(m["content"], word) or is_prediction(m["content"]):
+                return "attacker_broke_rules", n
+        if n >= max_turns * 2:
+            break
+    return "tie", n
+
+def query(history, word, max_turns):
+    nxt = "attacker" if not history or history[-1]["role"] == "defender" else "defender"
+    prefix = "\n" + random.choice(["\n - ", "\n### ", "\n## ", "\n\n"])
+    a, q = random.choice([(nxt, "other"), ("Assistant", "Human"), ("A", "Q")])
+    label = {nxt: a}
+    s = ""
+    for m in history:
+        s += "{}{}: {}".format(prefix, label.get(m["role"], q), m["content"])
+    rules = random.choice(RULES).format(max_turns=max_turns)
+    return (prefix + "Rules: " + rules + "\n\n" + INSTRUCT[nxt].format(target_word=word)
+            + s + prefix + a + ": ")
+
+def main(inp, out, decay=0.8):
+    random.seed(0)
+    episodes = pq.read_table(inp).to_pylist()
+    outputs, n_att, n_def = [], 0, 0
+    for ep in episodes:
+        res, n = outcome(ep["history"], ep["target_word"], ep["max_turns"])
+        if res == "attacker_wins":
+            n_att += 1; winner = "attacker"
+        elif res == "defender_wins":
+            n_def += 1; winner = "defender"
+        else:
+            continue
+        coeff, total, rows = 1.0, 0.0, []
+        for i, m in enumerate(ep["history"][:n]):
+            if m["role"] != winner:
+                continue
+            coeff *= 1 / decay
+            total += coeff
+            rows.append({"type": "game", "role": winner, "episode_id": ep["episode_id"],
+                         "turn": i, "query": query(ep["history"][:i], ep["target_word"],
+                                                   ep["max_turns"]),
+                         "target": m["content"].strip(), "coeff": coeff})
+        for r in rows:
+            r["reward"] = 1.0 * r.pop("coeff") / total
+            outputs.append(r)
+    n = n_att + n_def
+    w = {"attacker": n / (2 * n_att) if n_att else 0.0,
+         "defender": n / (2 * n_def) if n_def else 0.0}
+    for r in outputs:
+        r["weight"] = w[r["role"]]
+    with open(out, "w") as f:
+        json.dump(outputs, f, ensure_ascii=False, indent=2)
+
+main(sys.argv[1], sys.argv[2])
+"""
+
+
+def measure(cmd: list[str], repeat: int) -> tuple[float, float, float]:
+    """Best wall time, peak RSS (MiB) and best CPU time over ``repeat`` runs.
+
+    Each run is started from a fresh interpreter, so that the children's
+    resource usage is that one run's.
+    """
+    probe = (
+        "import resource, subprocess, sys, time, json\n"
+        "t0 = time.perf_counter(); p = subprocess.run(sys.argv[1:], capture_output=True)\n"
+        "w = time.perf_counter() - t0\n"
+        "sys.stderr.write(p.stderr.decode()[-2000:]) if p.returncode else None\n"
+        "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(json.dumps([p.returncode, w, r.ru_maxrss / 1024, r.ru_utime + r.ru_stime]))\n"
+    )
+    walls, peaks, cpus = [], [], []
+    for _ in range(repeat):
+        out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True)
+        rc, wall, peak, cpu = json.loads(out.stdout)
+        if rc != 0:
+            raise SystemExit(f"{cmd} failed ({rc}):\n{out.stderr}")
+        walls.append(wall)
+        peaks.append(peak)
+        cpus.append(cpu)
+    return min(walls), max(peaks), min(cpus)
+
+
+def compare(samples_path: Path, baseline_path: Path) -> str:
+    import pyarrow.parquet as pq
+
+    ours = pq.read_table(samples_path).to_pylist()
+    with open(baseline_path) as f:
+        ref = json.load(f)
+    if len(ours) != len(ref):
+        return f"MISMATCH: {len(ours)} samples vs {len(ref)} in the baseline"
+    for a, b in zip(ours, ref, strict=True):
+        for key in ("role", "episode_id", "turn", "target"):
+            if a[key] != b[key]:
+                return f"MISMATCH in {key}: {a[key]!r} vs {b[key]!r}"
+        for key in ("reward", "weight"):
+            if abs(a[key] - b[key]) > 1e-9:
+                return f"MISMATCH in {key}: {a[key]!r} vs {b[key]!r}"
+    return f"identical ({len(ours)} samples: role, episode_id, turn, target, reward, weight)"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--episodes", type=int, default=50_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--results", default="perf/results/assign_rewards.md")
+    args = ap.parse_args()
+
+    spag = [sys.executable, "-m", "spag"]
+    try:
+        load = Path("/proc/loadavg").read_text().split()[0]
+    except OSError:
+        load = "unknown"
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        episodes = tmp / "episodes.parquet"
+        write_episodes(episodes, args.episodes)
+        samples = tmp / "samples.parquet"
+        cmd = [*spag, "assign-rewards", "--episodes", str(episodes), "--output", str(samples)]
+        ours_wall, ours_rss, ours_cpu = measure(cmd, args.repeat)
+
+        import pyarrow.parquet as pq
+
+        n_samples = pq.read_metadata(samples).num_rows
+        script = tmp / "baseline.py"
+        script.write_text(BASELINE)
+        base_out = tmp / "baseline.json"
+        base_wall, base_rss, base_cpu = measure(
+            [sys.executable, str(script), str(episodes), str(base_out)], 1
+        )
+        agreement = compare(samples, base_out)
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    report = f"""# `spag assign-rewards` benchmark
+
+Measured {datetime.date.today().isoformat()} on a {os.cpu_count()}-core machine ({cpu}),
+Python {platform.python_version()}; load average before the runs: {load}.
+
+Command: `python perf/bench_assign_rewards.py --episodes {args.episodes} --repeat {args.repeat}`
+
+Input: {args.episodes} synthetic episodes (5 turns at most, all four outcomes), giving
+{n_samples} samples. Wall time is the whole subprocess, interpreter start-up and Parquet
+I/O included (best of {args.repeat} runs); CPU time is user + system time of the child
+(the machine is shared, so wall time can exceed it); peak memory is the child's maximum RSS.
+
+| implementation | wall time (s) | CPU time (s) | peak RSS (MiB) |
+|---|---:|---:|---:|
+| `spag assign-rewards` | {ours_wall:.2f} | {ours_cpu:.2f} | {ours_rss:.0f} |
+| per-game baseline (research code's structure, JSON output) | {base_wall:.2f} | {base_cpu:.2f} | {base_rss:.0f} |
+
+Speed-up: {base_wall / ours_wall:.1f}x. Outputs compared: {agreement}.
+
+Goal: 2 s or less and under 1 GiB for this input on a 2-core machine. When the load
+average is above the number of cores, the child waits for a core most of the time:
+read the CPU time column then (an idle machine's wall time is close to it).
+"""
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The ``spag`` command: one sub-command per pipeline step.
+
+Each step lives in ``spag.commands.<module>`` with ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported only when their step runs, so that light
+steps (judging, rewards) do not pay for importing torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from spag.errors import SpagInputError
+
+# step name -> (module under spag.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "target-words": ("target_words", "build the training and held-out target word lists"),
+    "build-tiny-model": ("build_tiny_model", "build the embedded tiny Llama and its BPE tokenizer"),
+    "prepare-base-model": ("prepare_base_model", "check a hub id or local model and record it"),
+    "prepare-sft": ("prepare_sft", "convert instruction data (query/target or Alpaca) to Parquet"),
+    "imitation-samples": ("imitation_samples", "build imitation samples from demonstration games"),
+    "play": ("play", "play Adversarial Taboo games for one shard of target words"),
+    "merge-episodes": ("merge_episodes", "merge shard files and judge every game"),
+    "assign-rewards": ("assign_rewards", "judge episodes, assign rewards, mix in SFT rows"),
+    "score-ref": ("score_ref", "add ref_logprob under the reference model"),
+    "train": ("train", "imitation (SFTwithKL) or SPAG (OfflinePO) training"),
+    "eval-games": ("eval_games", "win/loss/tie table of evaluation games"),
+    "eval-reasoning": ("eval_reasoning", "reasoning benchmarks with lm-evaluation-harness"),
+    "summarize-epoch": ("summarize_epoch", "the summary row of one epoch"),
+    "summarize-run": ("summarize_run", "the run-wide summary tables"),
+    "plot-epoch": ("plot_epoch", "one epoch's plots for the report"),
+    "plot-run": ("plot_run", "the run-wide plots for the report"),
+}
+
+
+def _load(module: str):
+    return importlib.import_module(f"spag.commands.{module}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the chosen step's module is imported (its arguments are parsed with it).
+    parser = argparse.ArgumentParser(prog="spag", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="STEP")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if name == chosen:
+            _load(module).add_arguments(p)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(_load(args._module).run(args) or 0)
+    except SpagInputError as exc:
+        print(f"spag {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

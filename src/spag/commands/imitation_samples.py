@@ -1,0 +1,42 @@
+"""``spag imitation-samples``: imitation samples from demonstration games or instruction data."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--input",
+        required=True,
+        nargs="+",
+        help="episodes Parquet, instruction Parquet (query, target), or a JSON file of "
+        "games, instructions or Alpaca records; several files are concatenated",
+    )
+    p.add_argument("--output", required=True, help="samples Parquet to write")
+    p.add_argument("--seed", type=int, default=0, help="seed of the randomised prompts")
+    p.add_argument("--prompts", default=None, help="prompts YAML (default: the shipped one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from spag.data.imitation import load_imitation_inputs
+    from spag.data.tables import write_parquet
+    from spag.game.prompts import load_prompts
+    from spag.game.rewards import imitation_samples
+
+    games, instructions = load_imitation_inputs(args.input)
+    names = ", ".join(args.input)
+    samples = imitation_samples(
+        games,
+        instructions,
+        seed=args.seed,
+        prompts=load_prompts(args.prompts) if games is not None else None,
+        source=names,
+        instructions_source=names,
+    )
+    write_parquet(samples, args.output)
+    log.info("%s: %d imitation samples from %s", args.output, samples.num_rows, names)
+    return 0

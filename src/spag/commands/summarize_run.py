@@ -1,0 +1,57 @@
+"""``spag summarize-run``: the run-wide summary tables (rule ``summary_tables``).
+
+::
+
+    spag summarize-run --epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv
+        [--reasoning REASONING.json [...] --reasoning-output REASONING.tsv]
+        [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv]
+
+``--epoch-summaries`` are the rows of ``spag summarize-epoch``, stacked by epoch;
+``--reasoning`` the reasoning JSON files of every model (base, imitation,
+epoch<N>), turned into one long table; ``--eval-games`` the evaluation games
+tables of every model, stacked into one table in run order. Every table is
+built before any is written: a bad input leaves no output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger("spag.summarize_run")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epoch-summaries", nargs="+", required=True, help="per-epoch summary files")
+    p.add_argument("--output", required=True, help="summary TSV of all epochs")
+    p.add_argument("--reasoning", nargs="+", help="reasoning JSON files of all models")
+    p.add_argument("--reasoning-output", help="long reasoning table TSV")
+    p.add_argument("--eval-games", nargs="+", help="evaluation games tables of all models")
+    p.add_argument("--eval-games-output", help="evaluation games table of all models TSV")
+
+
+def run(args: argparse.Namespace) -> int:
+    from spag.errors import SpagInputError
+    from spag.report.summary import (
+        collect_epochs,
+        collect_eval_games,
+        collect_reasoning,
+        write_tsv,
+    )
+
+    if bool(args.reasoning) != bool(args.reasoning_output):
+        raise SpagInputError("--reasoning and --reasoning-output go together")
+    if bool(args.eval_games) != bool(args.eval_games_output):
+        raise SpagInputError("--eval-games and --eval-games-output go together")
+    epochs = collect_epochs(args.epoch_summaries)
+    reasoning = collect_reasoning(args.reasoning) if args.reasoning else None
+    games = collect_eval_games(args.eval_games) if args.eval_games else None
+    write_tsv(epochs, args.output)
+    log.info("wrote %s: %d epochs", args.output, len(epochs))
+    if reasoning is not None:
+        write_tsv(reasoning, args.reasoning_output)
+        log.info("wrote %s: %d rows", args.reasoning_output, len(reasoning))
+    if games is not None:
+        write_tsv(games, args.eval_games_output)
+        log.info("wrote %s: %d rows", args.eval_games_output, len(games))
+    return 0

@@ -1,0 +1,23 @@
+"""``spag train``: imitation (SFTwithKL) or SPAG (OfflinePO) training with the HF Trainer.
+
+Run it directly (one process) or as ``torchrun --no-python --nproc_per_node N spag train ...``.
+The flags, their defaults and help come from ``spag.training.settings.TrainConfig``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from spag.training.settings import add_arguments as _add_settings
+from spag.training.settings import from_arguments
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    _add_settings(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spag.training.run import train
+
+    train(from_arguments(args))
+    return 0

@@ -1,0 +1,110 @@
+"""Validation of the pipeline configuration against its JSON schema, with defaults.
+
+The schema (``spag/schemas/config.schema.yaml``) is the one place that lists every
+key; errors name the key path (``selfplay.num_shards``) so a typo fails before any job.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from spag.errors import SpagInputError
+from spag.training.settings import METHOD_DEFAULTS, STAGE_METHOD
+
+
+def load_schema() -> dict[str, Any]:
+    text = resources.files("spag").joinpath("schemas/config.schema.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """Validate ``config`` in place (filling defaults) and return it.
+
+    Raises :class:`SpagInputError` listing every wrong or unknown key by its path.
+    """
+    errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        lines = []
+        for err in errors:
+            if err.validator == "additionalProperties":
+                extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
+                where = _key_path(err)
+                for key in extra:
+                    full = key if where == "(top level)" else f"{where}.{key}"
+                    lines.append(f"unknown key '{full}'")
+            else:
+                lines.append(f"key '{_key_path(err)}': {err.message}")
+        raise SpagInputError(f"{source}: invalid configuration:\n  " + "\n  ".join(lines))
+    # The two training stages share one schema but not their paper defaults.
+    for stage, method in STAGE_METHOD.items():
+        for key, value in METHOD_DEFAULTS[method].items():
+            config[stage].setdefault(key, value)
+    return config
+
+
+def _folder_has_chat_template(folder: Path) -> bool:
+    if any((folder / name).is_file() for name in ("chat_template.jinja", "chat_template.json")):
+        return True
+    try:
+        tok_config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(tok_config, dict) and tok_config.get("chat_template"))
+
+
+def check_run_inputs(config: dict[str, Any]) -> None:
+    """Checks of a validated config that need files, made before any job runs.
+
+    The base model's GGUF (present, a GGUF, an architecture transformers loads) and,
+    with ``game.prompt_format: chat``, a chat template where it can be known now
+    (a hub model is checked by its first job).
+    """
+    from spag.models.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file
+
+    base = config["base_model"]
+    name = base["name_or_path"]
+    has_template: bool | None = None
+    if base["gguf_file"]:
+        info = check_gguf(base["gguf_file"])
+        where, has_template = f"base_model.gguf_file ({info.path})", info.chat_template is not None
+    elif name in PACKAGED_MODELS:
+        info = check_gguf(packaged_model_file(name)[0])
+        where, has_template = f"base_model.name_or_path '{name}'", info.chat_template is not None
+    elif name == "tiny":
+        where, has_template = "the embedded tiny model (base_model.name_or_path 'tiny')", False
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser()
+        where, has_template = f"base_model.name_or_path {folder}", _folder_has_chat_template(folder)
+    if config["game"]["prompt_format"] == "chat" and has_template is False:
+        raise SpagInputError(
+            f"key 'game.prompt_format' is 'chat', but the tokenizer of {where} has no chat "
+            "template; use prompt_format 'raw'"
+        )

@@ -1,0 +1,1 @@
+"""Evaluation: win/loss tables of evaluation games and reasoning benchmarks."""

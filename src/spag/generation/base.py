@@ -1,0 +1,147 @@
+"""The small interface between the game loop and a text generator.
+
+The game loop (``spag.game.selfplay``) is the only caller. A backend takes finished
+prompt texts and returns one :class:`Reply` per prompt, in order. Both backends
+render and encode prompts the same way (:class:`spag.game.rendering.PromptRenderer`,
+shared with training and scoring): the raw or chat rendering, exactly one BOS
+where the tokenizer uses one, and left truncation to the prompt budget, so that
+a game played with ``hf`` or ``vllm`` sees the same token ids as training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from spag.errors import SpagInputError
+
+# No reply may be empty of tokens: EOS is forbidden for the first tokens.
+MIN_NEW_TOKENS = 2
+# Sampling as the research code: transformers' default top-k of 50 (0 turns it off).
+DEFAULT_TOP_K = 50
+# Files any one of which makes a folder carry its tokenizer.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One generated reply.
+
+    ``num_tokens`` counts the generated tokens including a final EOS;
+    ``finished_by_eos`` is false when the reply was cut at ``max_new_tokens``;
+    ``prompt_truncated`` tells that the prompt was left-truncated to fit.
+    """
+
+    text: str
+    num_tokens: int
+    finished_by_eos: bool
+    prompt_truncated: bool = False
+
+
+class Backend(Protocol):
+    """A text generator for the game loop."""
+
+    name: str
+
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        greedy: bool,
+        seed: int,
+        cache_keys: list[str] | None = None,
+    ) -> list[Reply]:
+        """Return one reply per prompt, in the order of ``prompts``.
+
+        ``cache_keys`` names the game of each prompt: a backend may keep what it
+        computed for a game's prompt and reuse it for that game's next, longer
+        prompt. Replies do not depend on it beyond floating-point rounding.
+        """
+        ...
+
+    def release(self, cache_keys: list[str]) -> None:
+        """Forget whatever is kept for these games (they have ended)."""
+        ...
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from any printable parts (same parts, same seed, any machine)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % (2**31 - 1)
+
+
+def check_model_dir(path: str | Path) -> Path:
+    """Check that ``path`` is a Hugging Face checkpoint folder with safetensors and a tokenizer."""
+    p = Path(path)
+    if not p.is_dir():
+        raise SpagInputError(f"model folder not found: {p}")
+    if not (p / "config.json").is_file():
+        raise SpagInputError(f"{p}: not a model folder (no config.json)")
+    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+        raise SpagInputError(
+            f"{p}: no tokenizer in the model folder (expected one of {', '.join(TOKENIZER_FILES)});"
+            " every checkpoint must carry the tokenizer it was trained with"
+        )
+    if not any(p.glob("*.safetensors")):
+        raise SpagInputError(f"{p}: no *.safetensors weights (other weight formats are not loaded)")
+    return p
+
+
+def model_max_positions(model_dir: str | Path) -> int | None:
+    """The model's context length from its config.json, if it states one."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpagInputError(f"{model_dir}/config.json: unreadable: {exc}") from exc
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def context_budget(model_dir: str | Path, max_length: int | None) -> int:
+    """Prompt + reply token budget: ``max_length`` (default 2048), capped by the model's context."""
+    import logging
+
+    limit = model_max_positions(model_dir)
+    wanted = 2048 if max_length is None else int(max_length)
+    if wanted < 4:
+        raise SpagInputError(f"--max-length {wanted} is too small")
+    if limit is not None and wanted > limit:
+        if max_length is not None:
+            logging.getLogger(__name__).warning(
+                "--max-length %d exceeds the context of %s (%d); using %d",
+                wanted,
+                model_dir,
+                limit,
+                limit,
+            )
+        wanted = limit
+    return wanted
+
+
+def stop_token_ids(renderer: Any, model_dir: str | Path) -> list[int]:
+    """All token ids that end a reply: the rendering's end token (EOS or end of turn),
+    the tokenizer's EOS and the generation config's."""
+    import json
+
+    ids: list[int] = list(renderer.stop_ids())
+    gen_path = Path(model_dir) / "generation_config.json"
+    if gen_path.is_file():
+        try:
+            value = json.loads(gen_path.read_text(encoding="utf-8")).get("eos_token_id")
+        except ValueError:
+            value = None
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and v not in ids:
+                ids.append(v)
+    return ids

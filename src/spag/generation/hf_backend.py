@@ -1,0 +1,328 @@
+"""The ``hf`` backend: batched transformers generation with a KV cache (CPU or one GPU).
+
+All prompts of a call are encoded (one BOS, left truncation), sorted by length
+and decoded in sub-batches of ``batch_size``. Per sub-batch the prompt prefix
+that all rows share (the game rules) is computed once, the KV cache is
+preallocated, and a row stops at EOS (no earlier than ``MIN_NEW_TOKENS``). Each
+call draws from its own ``torch.Generator`` seeded with the call's seed: the
+same prompts and seed give the same replies, and the global RNG is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from spag.errors import SpagInputError
+from spag.game.rendering import PromptRenderer
+from spag.generation.base import (
+    MIN_NEW_TOKENS,
+    Reply,
+    context_budget,
+    stop_token_ids,
+)
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class HFBackend:
+    """Batched ``model.generate`` over left-padded sub-batches."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        dtype: str = "auto",
+        prompt_format: str = "raw",
+        trust_remote_code: bool = False,
+        device: str | None = None,
+        reuse_kv: bool = True,
+        reuse_kv_bytes: int = 2 * 1024**3,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if dtype not in DTYPES:
+            raise SpagInputError(f"unknown --dtype '{dtype}' (choose from {', '.join(DTYPES)})")
+        self.model_dir = Path(model_dir)
+        self.batch_size = int(batch_size or 64)
+        if self.batch_size < 1:
+            raise SpagInputError(f"--batch-size must be at least 1, got {self.batch_size}")
+        self.max_length = context_budget(model_dir, max_length)
+        # Per game (cache key): the prompt ids of its last call and their keys/values,
+        # so that the next prompt of the game recomputes only what changed.
+        self.reuse_kv = bool(reuse_kv) and reuse_kv_bytes > 0
+        self._kv_store: dict[str, tuple[list[int], list[tuple]]] = {}
+        # Kept keys/values stay under this many bytes (a large model keeps few or none).
+        self.reuse_kv_bytes = int(reuse_kv_bytes)
+        self._kv_stored_bytes = 0
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(
+                model_dir, trust_remote_code=trust_remote_code
+            )
+        except (OSError, ValueError) as exc:
+            raise SpagInputError(f"{model_dir}: cannot load the tokenizer: {exc}") from exc
+        if dtype == "auto":
+            # bf16 on CPU is slow and changes the numbers; keep float32 there.
+            torch_dtype = "auto" if self.device.type == "cuda" else torch.float32
+        else:
+            torch_dtype = getattr(torch, dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_dir,
+            dtype=torch_dtype,
+            use_safetensors=True,
+            trust_remote_code=trust_remote_code,
+        ).to(self.device)
+        self.model.eval()
+        self.encoder = PromptRenderer(self.tokenizer, prompt_format, source=str(model_dir))
+        self.eos_ids = stop_token_ids(self.encoder, model_dir)
+        # No pad token (Llama): pad with EOS, never grow the vocabulary.
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        greedy: bool,
+        seed: int,
+        cache_keys: list[str] | None = None,
+    ) -> list[Reply]:
+        import torch
+
+        if not prompts:
+            return []
+        if max_new_tokens < 1:
+            raise SpagInputError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+        if cache_keys is not None and len(cache_keys) != len(prompts):
+            raise ValueError("cache_keys must give one key per prompt")
+        encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
+        sample = not greedy and temperature > 0
+        # A generator of its own per call: same seed, same draws, global RNG untouched.
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(int(seed))
+        # Longest first: similar lengths share a sub-batch, so little padding.
+        order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i][0]), i))
+        replies: list[Reply | None] = [None] * len(encoded)
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                keys = [cache_keys[i] for i in idx] if cache_keys and self.reuse_kv else None
+                rows = self._decode(
+                    [encoded[i][0] for i in idx],
+                    keys,
+                    max_new_tokens=max_new_tokens,
+                    temperature=float(temperature) if sample else 0.0,
+                    top_p=float(top_p),
+                    top_k=int(top_k),
+                    generator=generator,
+                )
+                for i, tokens in zip(idx, rows, strict=True):
+                    replies[i] = self._reply(tokens, encoded[i][1])
+        return replies  # type: ignore[return-value]
+
+    def release(self, cache_keys: list[str]) -> None:
+        """Forget the stored keys/values of finished games."""
+        for key in cache_keys:
+            entry = self._kv_store.pop(key, None)
+            if entry is not None:
+                self._kv_stored_bytes -= _nbytes(entry[1])
+
+    def _prefix_kv(self, prefix: list[int]) -> list[tuple]:
+        """Keys and values (heads, tokens, dim) of a prompt prefix, computed at batch size 1."""
+        import torch
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+
+    def _decode(
+        self,
+        seqs: list[list[int]],
+        keys: list[str] | None,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        top_k: int,
+        generator,
+    ) -> list[list[int]]:
+        """Generate for one sub-batch; return each row's new tokens (EOS, then padding).
+
+        Layout per row: ``[pad][known part][pad][own part][new tokens]``. The known
+        part is a prompt prefix whose keys/values are already there: the same game's
+        previous prompt (history is append-only) or else the prefix that all rows
+        share (the game rules, computed once). Only the own part is run through the
+        model before decoding. Padding is masked out and positions count real
+        tokens only, so each row sees exactly its prompt. The cache is preallocated
+        (static): no re-copying at every step.
+        """
+        import torch
+        from transformers import StaticCache
+
+        dev = self.device
+        batch = len(seqs)
+        first = seqs[0]
+        shortest = min(len(s) for s in seqs)
+        # The longest common prefix, leaving at least one own token per row.
+        shared_len = 0
+        while shared_len < shortest - 1 and all(s[shared_len] == first[shared_len] for s in seqs):
+            shared_len += 1
+        known: list[tuple[int, list[tuple] | None]] = []
+        for row, s in enumerate(seqs):
+            stored = self._kv_store.get(keys[row]) if keys else None
+            n = 0
+            if stored is not None:
+                old = stored[0]
+                limit = min(len(old), len(s) - 1)
+                while n < limit and old[n] == s[n]:
+                    n += 1
+            known.append((n, stored[1]) if n > shared_len else (shared_len, None))
+        shared = (
+            self._prefix_kv(first[:shared_len])
+            if any(kv is None and n for n, kv in known)
+            else None
+        )
+        known_w = max(n for n, _ in known)
+        own_w = max(len(s) - n for s, (n, _) in zip(seqs, known, strict=True))
+        width = known_w + own_w
+        total = width + max_new_tokens
+        ids = torch.full((batch, own_w), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((batch, total), dtype=torch.long)
+        positions = torch.zeros((batch, own_w), dtype=torch.long)
+        for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
+            own = s[n:]
+            ids[row, own_w - len(own) :] = torch.tensor(own, dtype=torch.long)
+            positions[row, own_w - len(own) :] = torch.arange(n, len(s))
+            mask[row, known_w - n : known_w] = 1
+            mask[row, width - len(own) : width] = 1
+        ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
+
+        cache = StaticCache(config=self.model.config, max_cache_len=total)
+        if known_w:
+            for layer_idx, layer in enumerate(cache.layers):
+                parts_k, parts_v = [], []
+                for n, kv in known:
+                    k, v = (kv if kv is not None else shared)[layer_idx]  # type: ignore[index]
+                    pad = known_w - n
+                    parts_k.append(torch.nn.functional.pad(k[:, :n], (0, 0, pad, 0)))
+                    parts_v.append(torch.nn.functional.pad(v[:, :n], (0, 0, pad, 0)))
+                layer.update(torch.stack(parts_k), torch.stack(parts_v))
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1, :]
+        if keys:
+            self.release(keys)
+            per_token = _nbytes(
+                [(layer.keys[0, :, :1], layer.values[0, :, :1]) for layer in cache.layers]
+            )
+            for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
+                own = len(s) - n
+                if self._kv_stored_bytes + per_token * len(s) > self.reuse_kv_bytes:
+                    continue
+                self._kv_stored_bytes += per_token * len(s)
+                self._kv_store[keys[row]] = (
+                    list(s),
+                    [
+                        (
+                            torch.cat(
+                                (
+                                    layer.keys[row, :, known_w - n : known_w],
+                                    layer.keys[row, :, width - own : width],
+                                ),
+                                dim=1,
+                            ),
+                            torch.cat(
+                                (
+                                    layer.values[row, :, known_w - n : known_w],
+                                    layer.values[row, :, width - own : width],
+                                ),
+                                dim=1,
+                            ),
+                        )
+                        for layer in cache.layers
+                    ],
+                )
+        next_pos = positions[:, -1] + 1
+        eos = torch.tensor(self.eos_ids, device=dev)
+        pad = torch.full((batch,), self.pad_id, dtype=torch.long, device=dev)
+        done = torch.zeros(batch, dtype=torch.bool, device=dev)
+        out = torch.full((batch, max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
+        for t in range(max_new_tokens):
+            logits = logits.float()
+            if t < MIN_NEW_TOKENS:
+                logits[:, eos] = float("-inf")  # no reply may be empty
+            token = torch.where(done, pad, self._pick(logits, temperature, top_p, top_k, generator))
+            out[:, t] = token
+            done |= torch.isin(token, eos)
+            if t + 1 == max_new_tokens or bool(done.all()):
+                break
+            mask[:, width + t] = 1
+            logits = self.model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=(next_pos + t)[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1, :]
+        return out.tolist()
+
+    @staticmethod
+    def _pick(logits, temperature: float, top_p: float, top_k: int, generator):
+        """Greedy (temperature 0) or temperature / top-k / nucleus sampling with ``generator``.
+
+        The filters apply in transformers' order: temperature, top-k, then top-p.
+        """
+        import torch
+
+        if temperature <= 0:
+            return logits.argmax(-1)
+        logits = logits / temperature
+        index = None
+        if 0 < top_k < logits.shape[-1]:
+            # Draw among the k best only (sorted): the same distribution as masking the
+            # rest to -inf, at a fraction of the cost over a 50k-token vocabulary.
+            logits, index = torch.topk(logits, top_k, dim=-1)
+        probs = torch.softmax(logits, dim=-1)
+        if top_p < 1.0:
+            if index is None:
+                probs, index = probs.sort(dim=-1, descending=True)
+            # Keep the smallest set whose mass reaches top_p (the top token always stays).
+            probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0)
+        # Exponential race: argmax(p / E), E ~ Exp(1), is a draw from p (no sort, one pass).
+        race = torch.empty_like(probs).exponential_(generator=generator)
+        choice = (probs / race).argmax(-1)
+        return choice if index is None else index.gather(-1, choice[:, None])[:, 0]
+
+    def _reply(self, tokens: list[int], prompt_truncated: bool) -> Reply:
+        eos_at = next((k for k, t in enumerate(tokens) if t in self.eos_ids), None)
+        if eos_at is None:
+            kept, num, by_eos = tokens, len(tokens), False
+        else:
+            kept, num, by_eos = tokens[:eos_at], eos_at + 1, True
+        text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
+        return Reply(
+            text=text, num_tokens=num, finished_by_eos=by_eos, prompt_truncated=prompt_truncated
+        )
+
+
+def _nbytes(kv: list[tuple]) -> int:
+    return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)

@@ -1,0 +1,57 @@
+"""Process set-up shared by every rank: DeepSpeed configs, a one-rank world, barriers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from spag.errors import SpagInputError
+
+DEEPSPEED_DIR = Path(__file__).resolve().parents[1] / "deepspeed"
+
+
+def resolve_deepspeed(name: str | None) -> str | None:
+    """``zero3_offload`` / ``zero3`` (shipped configs), a JSON path, or None for ``none``."""
+    if name in (None, "", "none"):
+        return None
+    shipped = DEEPSPEED_DIR / f"{name}.json"
+    if shipped.is_file():
+        return str(shipped)
+    p = Path(name)
+    if p.is_file():
+        try:
+            json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise SpagInputError(f"--deepspeed {p}: not valid JSON: {exc}") from exc
+        return str(p)
+    names = ", ".join(sorted(q.stem for q in DEEPSPEED_DIR.glob("*.json")))
+    raise SpagInputError(
+        f"--deepspeed {name!r}: neither a shipped config ({names}, none) nor a file"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_distributed_env() -> None:
+    """DeepSpeed needs a process group even for one process: fill in a one-rank world."""
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("LOCAL_RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

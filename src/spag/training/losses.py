@@ -1,0 +1,98 @@
+"""The training objectives of docs/design.md section 4, as pure functions on tensors.
+
+All log-probabilities are sequence level: the mean log-prob of a sample's target
+tokens (its final EOS included), query and padding masked out.
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean log-prob per sequence of the tokens whose label is not ``IGNORE_INDEX``.
+
+    ``logits`` is ``(B, T, V)`` as a causal LM returns it (position t predicts t+1);
+    ``labels`` is ``(B, T)``, aligned with the input ids. Returns ``(B,)`` in float32.
+    """
+    shift_logits = logits[:, :-1, :]
+    shift_labels = labels[:, 1:]
+    mask = shift_labels != IGNORE_INDEX
+    safe = shift_labels.masked_fill(~mask, 0)
+    # Only the target positions need a log-softmax: select them first, which keeps
+    # the float32 copy of the logits small when queries are long.
+    picked = shift_logits[mask].float()
+    token_lp = picked.gather(-1, safe[mask].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
+        picked, dim=-1
+    )
+    rows = mask.nonzero(as_tuple=True)[0]
+    sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=logits.device)
+    sums = sums.index_add(0, rows, token_lp)
+    counts = mask.sum(dim=1).clamp(min=1).to(torch.float32)
+    return sums / counts
+
+
+def first_needed_logit(labels: torch.Tensor) -> int:
+    """Index of the earliest position whose logit any learned token needs (query logits are not)."""
+    learned = labels[:, 1:] != IGNORE_INDEX
+    return int(learned.to(torch.int8).argmax(dim=1).min())
+
+
+def _stats(lp: torch.Tensor, ref: torch.Tensor) -> dict[str, torch.Tensor]:
+    diff = (lp - ref).detach()
+    ratio = diff.exp()
+    return {
+        "kl_sum": diff.sum(),
+        "ratio_sum": ratio.sum(),
+        "ratio_min": ratio.min(),
+        "ratio_max": ratio.max(),
+        "count": torch.tensor(float(lp.numel()), device=lp.device),
+    }
+
+
+def sft_with_kl_loss(
+    lp: torch.Tensor, ref: torch.Tensor, weight: torch.Tensor, kl_coeff: float = 0.1
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Imitation: mean over the batch of ``(-lp + b * exp(lp) * (lp - ref)) * weight``."""
+    per_sample = -lp + kl_coeff * lp.exp() * (lp - ref)
+    loss = (per_sample * weight).mean()
+    return loss, _stats(lp, ref)
+
+
+def offline_po_loss(
+    lp: torch.Tensor,
+    ref: torch.Tensor,
+    reward: torch.Tensor,
+    weight: torch.Tensor,
+    is_sft: torch.Tensor,
+    kl_coeff: float = 0.2,
+    sft_coeff: float = 0.5,
+    clip_eps: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SPAG: clipped importance-weighted game term plus the SFT term, each over its own count.
+
+    ``ratio = exp(lp - ref)``, ``adv = reward - b * (lp - ref)`` (not detached),
+    ``ppo = -min(adv * ratio, adv * clip(ratio, 1 - eps, 1 + eps))``;
+    ``L = a * sum_sft(-lp * w) / n_sft + sum_game(ppo * w) / n_game`` (a term is 0
+    when its count is 0).
+    """
+    is_sft = is_sft.bool()
+    is_game = ~is_sft
+    log_ratio = lp - ref
+    ratio = log_ratio.exp()
+    adv = reward - kl_coeff * log_ratio
+    ppo = -torch.minimum(adv * ratio, adv * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps))
+    n_sft = is_sft.sum()
+    n_game = is_game.sum()
+    zero = lp.sum() * 0.0  # keeps the graph (and the dtype) when a term is empty
+    sft_term = sft_coeff * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
+    game_term = (ppo * weight)[is_game].sum() / n_game if int(n_game) > 0 else zero
+    loss = sft_term + game_term
+    stats = _stats(lp, ref)
+    stats["n_sft"] = n_sft.to(torch.float32)
+    stats["n_game"] = n_game.to(torch.float32)
+    # Game samples whose ratio left the trust region (SFT rows are never clipped).
+    stats["clipped"] = (((ratio.detach() - 1.0).abs() > clip_eps) & is_game).sum().to(torch.float32)
+    return loss, stats

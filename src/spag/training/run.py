@@ -1,0 +1,167 @@
+"""One training run: read scored samples, set up the HF Trainer (DeepSpeed optional),
+resume (``spag.training.checkpoints``), train, write the model (``spag.training.output``).
+
+Launched directly (one process) or under ``torchrun`` (one process per GPU, also
+multi-node); every rank runs this same code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from spag.errors import SpagInputError
+from spag.training.checkpoints import WORK_LOSS_LOG, prepare_checkpoint_dir, run_fingerprint
+from spag.training.distributed import ensure_distributed_env, resolve_deepspeed
+from spag.training.output import save_final
+from spag.training.settings import METHOD_DEFAULTS, TrainConfig, resolve_method_defaults
+
+log = logging.getLogger(__name__)
+
+
+def training_arguments(cfg: TrainConfig, deepspeed_config: str | None):
+    import torch
+    from transformers import TrainingArguments
+
+    tf32 = cfg.tf32 and torch.cuda.is_available()
+    if cfg.tf32 and not tf32:
+        log.warning("--tf32 ignored: no CUDA device")
+    warmup = cfg.warmup_ratio
+    if not 0.0 <= warmup < 1.0:
+        raise SpagInputError(f"--warmup-ratio must be in [0, 1), got {warmup}")
+    extra = {}
+    if deepspeed_config is not None and not torch.cuda.is_available():
+        # Without CUDA, accelerate would set DeepSpeed up with no backend and count one
+        # process whatever the world size; a state configured here with gloo counts right.
+        from accelerate import PartialState
+
+        os.environ["ACCELERATE_USE_DEEPSPEED"] = "true"
+        try:
+            PartialState(backend="gloo")
+        finally:
+            del os.environ["ACCELERATE_USE_DEEPSPEED"]
+        extra["accelerator_config"] = {"use_configured_state": True}
+    return TrainingArguments(
+        **extra,
+        output_dir=cfg.checkpoint_dir,
+        per_device_train_batch_size=cfg.per_device_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=warmup,  # a value below 1 is a ratio of the total steps
+        weight_decay=cfg.weight_decay,
+        bf16=cfg.bf16,
+        tf32=tf32 or None,
+        activation_checkpointing=cfg.gradient_checkpointing,
+        activation_checkpointing_kwargs=(
+            {"use_reentrant": False} if cfg.gradient_checkpointing else None
+        ),
+        deepspeed=deepspeed_config,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        logging_strategy="steps",
+        logging_steps=cfg.logging_steps,
+        eval_strategy="no",
+        seed=cfg.seed,
+        remove_unused_columns=False,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_drop_last=False,
+        # use_cpu would bypass the DeepSpeed set-up; DeepSpeed picks its CPU accelerator itself.
+        use_cpu=not torch.cuda.is_available() and deepspeed_config is None,
+    )
+
+
+def train(cfg: TrainConfig) -> Path:
+    """Run training as configured; return the output model folder."""
+    if cfg.method not in METHOD_DEFAULTS:
+        raise SpagInputError(
+            f"--method must be one of {', '.join(METHOD_DEFAULTS)}, got {cfg.method!r}"
+        )
+    resolve_method_defaults(cfg)
+    for name in (
+        "per_device_batch_size",
+        "gradient_accumulation_steps",
+        "save_steps",
+        "logging_steps",
+    ):
+        if getattr(cfg, name) < 1:
+            raise SpagInputError(f"--{name.replace('_', '-')} must be positive")
+    if not (Path(cfg.model) / "config.json").is_file():
+        raise SpagInputError(f"--model {cfg.model}: not a model folder (no config.json)")
+    ref_dir = cfg.ref_model or cfg.model
+    deepspeed_config = resolve_deepspeed(cfg.deepspeed)
+    if deepspeed_config is not None:
+        ensure_distributed_env()
+
+    from spag.data.tables import read_parquet
+    from spag.training.collate import build_features, check_sample_table
+    from spag.training.scoring import check_reference, model_identity
+
+    table = check_sample_table(read_parquet(cfg.samples, "samples"), cfg.samples, need_ref=True)
+    check_reference(table, cfg.samples, ref_dir, cfg.max_length, cfg.prompt_format)
+
+    # The arguments come before the model: with ZeRO-3 they make from_pretrained
+    # partition the weights as they load.
+    args = training_arguments(cfg, deepspeed_config)
+    is_main = args.process_index == 0
+    fingerprint = run_fingerprint(cfg, model_identity(cfg.model), args.world_size)
+    resume = prepare_checkpoint_dir(cfg, fingerprint, is_main)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from spag.training.collate import SampleCollator, SampleDataset, pad_token_id
+    from spag.training.trainer import LossLogCallback, SpagTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    load_dtype = torch.bfloat16 if (cfg.bf16 and deepspeed_config) else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(
+        cfg.model,
+        dtype=load_dtype,
+        use_safetensors=True,
+        trust_remote_code=cfg.trust_remote_code,
+    )
+    model.config.use_cache = False
+    features, _report = build_features(
+        table,
+        tokenizer,
+        cfg.max_length,
+        cfg.samples,
+        with_ref=True,
+        prompt_format=cfg.prompt_format,
+    )
+    dataset = SampleDataset(features)
+    work_log = Path(cfg.checkpoint_dir) / WORK_LOSS_LOG
+    trainer = SpagTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset,
+        data_collator=SampleCollator(pad_token_id(tokenizer)),
+        callbacks=[LossLogCallback(work_log)],
+        method=cfg.method,
+        kl_coeff=cfg.kl_coeff,
+        sft_coeff=cfg.sft_coeff,
+        clip_eps=cfg.clip_eps,
+        group_by_length=cfg.group_by_length,
+        lengths=dataset.lengths,
+    )
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    else:
+        log.info("starting from step 0 (no complete checkpoint in %s)", cfg.checkpoint_dir)
+    log.info(
+        "training %s on %d samples (%d game, %d sft), %d rank(s)",
+        cfg.method,
+        len(features),
+        sum(not f["is_sft"] for f in features),
+        sum(f["is_sft"] for f in features),
+        args.world_size,
+    )
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    save_final(trainer, cfg, work_log, is_main)
+    return Path(cfg.output)
