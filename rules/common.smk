@@ -194,8 +194,15 @@ def backend_env():
 
 
 def job_threads(kind):
-    # Threads become --cpus-per-task on SLURM and bound torch's threads locally.
+    # Threads bound a job's CPUs locally (the SLURM request is cpus_per_task).
     return config["resources"][kind]["cpus"]
+
+
+# A job's torch threads: inside a SLURM job the CPUs it was given, else the rule's
+# threads. Snakemake caps `threads` at the workflow profile's `cores` even for remote
+# jobs, so the SLURM value is read where the job runs.
+def threads_arg(wildcards, threads):
+    return f'"${{SLURM_CPUS_PER_TASK:-{threads}}}"'
 
 
 # ---------------------------------------------------------------- arguments
@@ -225,38 +232,46 @@ def train_launcher():
     return torchrun_prefix(r["gpus"], r["nodes"])
 
 
+def engine_args(family):
+    """`spag play` flags of the generation engine, shared by self-play and evaluation
+    games; `family` is the rule family whose GPUs a vLLM engine spans by default."""
+    s = config["selfplay"]
+    options = dict(
+        backend=s["backend"],
+        max_turns=config["game"]["max_turns"],
+        prompt_format=config["game"]["prompt_format"],
+        max_length=s["max_length"],
+        dtype=s["dtype"],
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+    )
+    if s["backend"] == "vllm":
+        gpus = config["resources"][family]["gpus"]
+        options["tensor_parallel_size"] = s["tensor_parallel_size"] or max(gpus, 1)
+    else:
+        options.update(
+            kv_reuse_gib=s["kv_reuse_gib"], batch_memory_gib=s["batch_memory_gib"]
+        )
+    return options
+
+
 def play_args():
     s = config["selfplay"]
     return cli_args(
-        backend=s["backend"],
-        max_turns=config["game"]["max_turns"],
+        **engine_args("selfplay"),
         max_new_tokens=s["max_new_tokens"],
         temperature=s["temperature"],
         top_k=s["top_k"],
         top_p=s["top_p"],
-        prompt_format=config["game"]["prompt_format"],
         batch_size=s["batch_size"],
-        max_length=s["max_length"],
-        dtype=s["dtype"],
-        tensor_parallel_size=s["tensor_parallel_size"],
-        kv_reuse_gib=s["kv_reuse_gib"],
-        trust_remote_code=config["base_model"]["trust_remote_code"],
     )
 
 
 def eval_play_args():
-    s, e = config["selfplay"], config["evaluation"]
+    e = config["evaluation"]
     return cli_args(
-        backend=s["backend"],
-        max_turns=config["game"]["max_turns"],
+        **engine_args("evaluate"),
         max_new_tokens=e["max_new_tokens"],
-        prompt_format=config["game"]["prompt_format"],
         batch_size=e["batch_size"],
-        max_length=s["max_length"],
-        dtype=s["dtype"],
-        tensor_parallel_size=s["tensor_parallel_size"],
-        kv_reuse_gib=s["kv_reuse_gib"],
-        trust_remote_code=config["base_model"]["trust_remote_code"],
         greedy=True,
     )
 
@@ -280,6 +295,7 @@ def reasoning_args():
         limit=r["limit"],
         num_fewshot=r["num_fewshot"],
         batch_size=r["batch_size"],
+        dtype=r["dtype"],
         apply_chat_template=config["game"]["prompt_format"] == "chat",
         trust_remote_code=config["base_model"]["trust_remote_code"],
     )

@@ -24,6 +24,7 @@ rule eval_play:
     resources:
         **job_resources("evaluate"),
     params:
+        threads=threads_arg,
         seed=config["seed"],
         opponent=opponent_arg,
         args=eval_play_args(),
@@ -31,7 +32,7 @@ rule eval_play:
         "spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch {wildcards.epoch} --seed {params.seed} --model-name epoch{wildcards.epoch}"
-        " --opponent-name opponent --threads {threads} {params.args} > {log:q} 2>&1"
+        " --opponent-name opponent --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
 rule eval_games:
@@ -72,6 +73,7 @@ rule eval_play_baseline:
     resources:
         **job_resources("evaluate"),
     params:
+        threads=threads_arg,
         seed=config["seed"],
         # -1 for the base model, 0 for M0: the epoch column of the tables.
         epoch=lambda wildcards: model_order(wildcards.model),
@@ -81,7 +83,7 @@ rule eval_play_baseline:
         "spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch={params.epoch} --seed {params.seed} --model-name {wildcards.model}"
-        " --opponent-name opponent --threads {threads} {params.args} > {log:q} 2>&1"
+        " --opponent-name opponent --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
 rule eval_games_baseline:

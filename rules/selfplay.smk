@@ -18,6 +18,7 @@ rule selfplay:
     resources:
         **job_resources("selfplay"),
     params:
+        threads=threads_arg,
         seed=config["seed"],
         num_shards=NUM_SHARDS,
         shard=lambda wildcards: int(wildcards.shard),
@@ -25,7 +26,7 @@ rule selfplay:
     shell:
         "spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
         " --output {output:q} --shard-index {params.shard} --num-shards {params.num_shards}"
-        " --epoch {wildcards.epoch} --seed {params.seed} --threads {threads} {params.args}"
+        " --epoch {wildcards.epoch} --seed {params.seed} --threads {params.threads} {params.args}"
         " > {log:q} 2>&1"
 
 

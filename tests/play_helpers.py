@@ -31,7 +31,7 @@ class ScriptedBackend:
         self.calls: list[dict] = []
 
     def generate(
-        self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed, top_k=0, cache_keys=None
+        self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed, top_k=0, game_ids=None
     ):
         self.calls.append(
             {
@@ -39,7 +39,7 @@ class ScriptedBackend:
                 "prompts": list(prompts),
                 "greedy": greedy,
                 "seed": seed,
-                "keys": cache_keys,
+                "keys": game_ids,
             }
         )
         out = []

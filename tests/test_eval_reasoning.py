@@ -163,3 +163,13 @@ def test_task_scores_and_geometric_mean():
     assert geometric_mean([0.5, 0.0]) == 0.0
     assert geometric_mean([]) is None
     assert math.isclose(geometric_mean([0.7]), 0.7)
+
+
+def test_auto_dtype_is_one_for_every_model_not_the_checkpoints():
+    from spag.evaluation.reasoning import resolve_dtype
+
+    assert resolve_dtype("auto", "cpu") == "float32"
+    assert resolve_dtype("float16", "cuda:0") == "float16"
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        assert resolve_dtype("auto", "cuda") in ("bfloat16", "float16")

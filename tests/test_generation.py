@@ -18,6 +18,10 @@ PROMPTS = [
 ]
 
 
+def _texts(replies) -> list[str]:
+    return [r.text for r in replies]
+
+
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir):
     return load_backend("hf", tiny_model_dir, batch_size=2)
@@ -277,7 +281,7 @@ def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
     g = torch.Generator().manual_seed(0)
     row = torch.randn(vocab, generator=g) * 3
     logits = row.expand(n, vocab).clone()
-    gen = torch.Generator().manual_seed(1)
+    gen = [torch.Generator().manual_seed(1 + i) for i in range(n)]  # one stream per row
     drawn = HFBackend._pick(logits, 1.0, 1.0, k, gen)
     top = torch.topk(row, k).indices
     assert set(drawn.tolist()) == set(top.tolist())  # only the top k, and each of them
@@ -298,3 +302,46 @@ def test_top_k_of_one_is_greedy_decoding(backend):
     sampled = _gen(backend, PROMPTS, top_k=1)
     greedy = _gen(backend, PROMPTS, greedy=True)
     assert [r.text for r in sampled] == [r.text for r in greedy]
+
+
+def test_hf_game_replies_do_not_depend_on_the_other_games_of_the_batch(tiny_model_dir):
+    hf = load_backend("hf", tiny_model_dir, batch_size=8, max_length=256)
+    prompts = PROMPTS[:3]
+    ids = ["game-a", "game-b", "game-c"]
+    opts = dict(max_new_tokens=12, temperature=1.2, top_p=0.95, top_k=50, greedy=False, seed=11)
+    together = _texts(hf.generate(prompts, game_ids=ids, **opts))
+    alone = [
+        _texts(hf.generate([p], game_ids=[g], **opts))[0] for p, g in zip(prompts, ids, strict=True)
+    ]
+    reordered = _texts(hf.generate(prompts[::-1], game_ids=ids[::-1], **opts))[::-1]
+    assert together == alone == reordered
+    # Another game id draws another stream (the seed is not shared by position).
+    other = _texts(hf.generate(prompts, game_ids=["x", "y", "z"], **opts))
+    assert other != together
+
+
+def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
+    whole = load_backend("hf", tiny_model_dir, batch_size=64, max_length=256)
+    longest = max(len(ids) for ids, _ in whole.encoder.encode(PROMPTS, 256))
+    one_row = whole.row_bytes(longest, 10)
+    split = load_backend(
+        "hf", tiny_model_dir, batch_size=64, max_length=256, batch_memory_bytes=one_row + 1
+    )
+    sizes = []
+    real = split._decode
+    split._decode = lambda seqs, *a, **kw: (sizes.append(len(seqs)), real(seqs, *a, **kw))[1]
+    ids = [f"g{i}" for i in range(len(PROMPTS))]
+    for opts in (
+        dict(temperature=0.0, top_p=1.0, top_k=0, greedy=True),
+        dict(temperature=1.2, top_p=1.0, top_k=50, greedy=False),
+    ):
+        sizes.clear()
+        a = _texts(whole.generate(PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
+        b = _texts(split.generate(PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
+        assert a == b
+        assert sizes[0] == 1 and len(sizes) > 1  # the longest prompts went one by one
+    tiny = load_backend("hf", tiny_model_dir, max_length=256, batch_memory_bytes=one_row // 4)
+    with pytest.raises(SpagInputError, match="selfplay.batch_memory_gib"):
+        tiny.generate(
+            PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1, top_k=0, greedy=True
+        )

@@ -91,7 +91,7 @@ def test_completions_in_order(endpoint, monkeypatch):
     monkeypatch.setenv("SPAG_TEST_KEY", "sk-test")
     backend = OpenAIBackend(endpoint.spec(key_env="SPAG_TEST_KEY", workers=3))
     prompts = ["a" * n for n in (3, 10, 1, 25)]
-    replies = _generate(backend, prompts, cache_keys=[f"g{i}" for i in range(4)])
+    replies = _generate(backend, prompts, game_ids=[f"g{i}" for i in range(4)])
     backend.release(["g0"])
     assert [r.text for r in replies] == [f"reply to {len(p)} chars" for p in prompts]
     assert all(isinstance(r, Reply) and r.num_tokens == 7 for r in replies)

@@ -57,3 +57,44 @@ def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model
     backend.generate(["hi there"], top_k=50, greedy=True, **opts)
     (greedy,) = _FakeLLM.last["params"]
     assert greedy["temperature"] == 0.0 and greedy["top_k"] == 0  # no filter when greedy
+
+
+def test_vllm_request_seed_follows_the_game_not_its_batch_position(fake_vllm, tiny_model_dir):
+    from spag.generation import load_backend
+
+    backend = load_backend("vllm", tiny_model_dir, max_length=256)
+    opts = dict(max_new_tokens=8, temperature=1.2, top_p=1.0, top_k=50, greedy=False, seed=9)
+    backend.generate(["a", "b", "c"], game_ids=["e1", "e2", "e3"], **opts)
+    together = {
+        g: p["seed"] for g, p in zip(["e1", "e2", "e3"], _FakeLLM.last["params"], strict=True)
+    }
+    # e1 has finished: e2 and e3 move up in the batch, their seeds stay.
+    backend.generate(["b", "c"], game_ids=["e2", "e3"], **opts)
+    later = {g: p["seed"] for g, p in zip(["e2", "e3"], _FakeLLM.last["params"], strict=True)}
+    assert later == {g: together[g] for g in ("e2", "e3")}
+    assert len(set(together.values())) == 3
+
+
+def test_tensor_parallel_size_follows_the_rules_gpus(tmp_path):
+    """The self-play rule's vLLM engine spans the job's GPUs unless the config says otherwise."""
+    from workflow_utils import make_workdir, snakemake
+
+    wd = make_workdir(tmp_path / "tp")
+    for family, gpus, pinned, expected in (
+        ("selfplay", 4, None, "4"),
+        ("selfplay", 4, 2, "2"),
+        ("evaluate", 2, None, "2"),
+    ):
+        config = {
+            "selfplay": {"backend": "vllm", "tensor_parallel_size": pinned},
+            "resources": {family: {"gpus": gpus}},
+        }
+        res = snakemake(wd, "spag_epoch1", "-n", "-p", config=config)
+        assert res.returncode == 0, res.stderr
+        rule = "selfplay" if family == "selfplay" else "eval_play"
+        lines = [
+            line
+            for line in res.stdout.splitlines()
+            if "spag play" in line and ("--opponent" in line) == (rule == "eval_play")
+        ]
+        assert lines and all(f"--tensor-parallel-size {expected} " in line for line in lines)

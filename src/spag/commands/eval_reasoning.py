@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--dtype",
         default="auto",
         choices=("auto", "float32", "bfloat16", "float16"),
-        help="default auto (float32 on CPU)",
+        help="the same for every model: auto is bfloat16 on a GPU that has it (else "
+        "float16), float32 on CPU; never the checkpoint's own dtype",
     )
     p.add_argument("--seed", type=int, default=1234, help="lm-eval's seeds (default 1234)")
     p.add_argument(

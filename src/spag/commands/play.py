@@ -89,6 +89,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tensor-parallel-size", type=int, default=1, help="vllm (default 1)")
     p.add_argument(
+        "--batch-memory-gib",
+        type=float,
+        default=None,
+        help="hf: memory one sub-batch may take (static KV cache and prompt pass); the "
+        "batch is split to fit (default: 80%% of free GPU memory, or half the available "
+        "memory on CPU)",
+    )
+    p.add_argument(
         "--kv-reuse-gib",
         type=float,
         default=2.0,
@@ -162,6 +170,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpagInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.games_per_word < 1:
         raise SpagInputError(f"--games-per-word must be at least 1, got {args.games_per_word}")
+    if args.batch_memory_gib is not None and args.batch_memory_gib <= 0:
+        raise SpagInputError(f"--batch-memory-gib must be positive, got {args.batch_memory_gib}")
     if args.kv_reuse_gib < 0:
         raise SpagInputError(f"--kv-reuse-gib must be >= 0, got {args.kv_reuse_gib}")
     if args.threads is not None and args.threads < 1:
@@ -229,6 +239,7 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+        log.info("torch threads: %d", args.threads)
     backends = {}
     if specs:
         # Two engines share the GPU in evaluation games.
@@ -242,7 +253,12 @@ def run(args: argparse.Namespace) -> int:
             trust_remote_code=args.trust_remote_code,
         )
         if args.backend == "hf":
-            opts.update(reuse_kv_bytes=int(args.kv_reuse_gib * 1024**3))
+            opts.update(
+                reuse_kv_bytes=int(args.kv_reuse_gib * 1024**3),
+                batch_memory_bytes=(
+                    int(args.batch_memory_gib * 1024**3) if args.batch_memory_gib else None
+                ),
+            )
         else:
             opts.update(
                 tensor_parallel_size=args.tensor_parallel_size,

@@ -37,6 +37,20 @@ log = logging.getLogger(__name__)
 PRIMARY_METRICS = ("acc", "exact_match", "acc_norm", "mc2", "f1", "bleu")
 
 
+def resolve_dtype(dtype: str, device: str) -> str:
+    """The dtype every model of a run is evaluated in. ``auto`` never means the
+    checkpoint's own (a base model saved in float16 and trained models in bfloat16
+    would be compared in different precisions): bfloat16 on a GPU that has it, else
+    float16; float32 on CPU, where bf16 is slow and changes the numbers."""
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda"):
+        import torch
+
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    return "float32"
+
+
 def check_model_folder(path: str | os.PathLike) -> Path:
     """Check that ``path`` is a complete Hugging Face checkpoint (config, tokenizer, safetensors)."""
     from spag.generation.base import check_model_dir
@@ -179,9 +193,7 @@ def evaluate_model(
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if dtype == "auto":
-        # bf16 on CPU is slow and changes the numbers; keep float32 there.
-        dtype = "auto" if device.startswith("cuda") else "float32"
+    dtype = resolve_dtype(dtype, device)
     model_args: dict[str, Any] = {
         "pretrained": str(model_dir),
         "dtype": dtype,

@@ -187,7 +187,7 @@ def play_games(
                 top_k=settings.top_k,
                 greedy=settings.greedy,
                 seed=derive_seed(settings.seed, turn, key),
-                cache_keys=[g.spec.episode_id for g in batch],
+                game_ids=[g.spec.episode_id for g in batch],
             )
             if len(replies) != len(batch):
                 raise RuntimeError(

@@ -55,17 +55,19 @@ class Backend(Protocol):
         top_k: int,
         greedy: bool,
         seed: int,
-        cache_keys: list[str] | None = None,
+        game_ids: list[str] | None = None,
     ) -> list[Reply]:
         """Return one reply per prompt, in the order of ``prompts``.
 
-        ``cache_keys`` names the game of each prompt: a backend may keep what it
-        computed for a game's prompt and reuse it for that game's next, longer
-        prompt. Replies do not depend on it beyond floating-point rounding.
+        ``game_ids`` names the game of each prompt. A sampled reply draws from its
+        own random stream, ``prompt_seeds(seed, game_ids)``, so a game's replies do
+        not depend on which other games share the call or the batch. A backend may
+        also keep what it computed for a game's prompt and reuse it for that game's
+        next, longer prompt; replies do not depend on that beyond rounding.
         """
         ...
 
-    def release(self, cache_keys: list[str]) -> None:
+    def release(self, game_ids: list[str]) -> None:
         """Forget whatever is kept for these games (they have ended)."""
         ...
 
@@ -74,6 +76,15 @@ def derive_seed(*parts: object) -> int:
     """A stable 31-bit seed from any printable parts (same parts, same seed, any machine)."""
     digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
     return int.from_bytes(digest[:8], "big") % (2**31 - 1)
+
+
+def prompt_seeds(seed: int, game_ids: list[str] | None, count: int) -> list[int]:
+    """The sampling seed of each prompt of a generate call: from the call's seed and the
+    prompt's game (its episode id), or its position when no game is named."""
+    if game_ids is not None and len(game_ids) != count:
+        raise ValueError(f"game_ids must give one id per prompt ({len(game_ids)} for {count})")
+    keys = game_ids if game_ids is not None else range(count)
+    return [derive_seed(seed, key) for key in keys]
 
 
 def check_model_dir(path: str | Path) -> Path:

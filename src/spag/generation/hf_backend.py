@@ -3,9 +3,12 @@
 All prompts of a call are encoded (one BOS, left truncation), sorted by length
 and decoded in sub-batches of ``batch_size``. Per sub-batch the prompt prefix
 that all rows share (the game rules) is computed once, the KV cache is
-preallocated, and a row stops at EOS (no earlier than ``MIN_NEW_TOKENS``). Each
-call draws from its own ``torch.Generator`` seeded with the call's seed: the
-same prompts and seed give the same replies, and the global RNG is untouched.
+preallocated, and a row stops at EOS (no earlier than ``MIN_NEW_TOKENS``).
+Sub-batches are also cut so that one fits the batch memory (static cache and
+prompt pass), so a large ``batch_size`` never runs out of memory. Each game
+samples from its own ``torch.Generator`` seeded from the call's seed and its
+episode id: its replies do not depend on the other games of the call, and the
+global RNG is untouched.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from spag.generation.base import (
     MIN_NEW_TOKENS,
     Reply,
     context_budget,
+    prompt_seeds,
     stop_token_ids,
 )
 
@@ -44,6 +48,7 @@ class HFBackend:
         device: str | None = None,
         reuse_kv: bool = True,
         reuse_kv_bytes: int = 2 * 1024**3,
+        batch_memory_bytes: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -86,6 +91,23 @@ class HFBackend:
         # No pad token (Llama): pad with EOS, never grow the vocabulary.
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
+        # What one sub-batch may take (static KV cache + prompt pass); the batch is
+        # split so that it fits, whatever --batch-size says.
+        if batch_memory_bytes is not None and batch_memory_bytes <= 0:
+            raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_bytes}")
+        self.batch_memory_bytes = (
+            int(batch_memory_bytes)
+            if batch_memory_bytes is not None
+            else default_batch_memory(self.device, self.reuse_kv_bytes if self.reuse_kv else 0)
+        )
+        config = self.model.config.get_text_config()
+        heads = int(config.num_attention_heads)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        elem = torch.finfo(self.model.dtype).bits // 8
+        self._kv_bytes_per_token = 2 * int(config.num_hidden_layers) * kv_heads * head_dim * elem
+        # Attention scores of the prompt pass (float32 where the kernel materialises them).
+        self._score_bytes_per_pair = heads * 4
 
     def generate(
         self,
@@ -97,7 +119,7 @@ class HFBackend:
         top_k: int,
         greedy: bool,
         seed: int,
-        cache_keys: list[str] | None = None,
+        game_ids: list[str] | None = None,
     ) -> list[Reply]:
         import torch
 
@@ -105,20 +127,17 @@ class HFBackend:
             return []
         if max_new_tokens < 1:
             raise SpagInputError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-        if cache_keys is not None and len(cache_keys) != len(prompts):
-            raise ValueError("cache_keys must give one key per prompt")
+        seeds = prompt_seeds(seed, game_ids, len(prompts))
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
         sample = not greedy and temperature > 0
-        # A generator of its own per call: same seed, same draws, global RNG untouched.
-        generator = torch.Generator(device=self.device)
-        generator.manual_seed(int(seed))
         # Longest first: similar lengths share a sub-batch, so little padding.
         order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i][0]), i))
         replies: list[Reply | None] = [None] * len(encoded)
         with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                keys = [cache_keys[i] for i in idx] if cache_keys and self.reuse_kv else None
+            for idx in self._sub_batches(order, [len(ids) for ids, _ in encoded], max_new_tokens):
+                keys = [game_ids[i] for i in idx] if game_ids and self.reuse_kv else None
+                # One random stream per game: its draws do not depend on its neighbours.
+                generators = [self._generator(seeds[i]) for i in idx] if sample else None
                 rows = self._decode(
                     [encoded[i][0] for i in idx],
                     keys,
@@ -126,15 +145,47 @@ class HFBackend:
                     temperature=float(temperature) if sample else 0.0,
                     top_p=float(top_p),
                     top_k=int(top_k),
-                    generator=generator,
+                    generators=generators,
                 )
                 for i, tokens in zip(idx, rows, strict=True):
                     replies[i] = self._reply(tokens, encoded[i][1])
         return replies  # type: ignore[return-value]
 
-    def release(self, cache_keys: list[str]) -> None:
+    def _generator(self, seed: int):
+        import torch
+
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(int(seed))
+        return generator
+
+    def row_bytes(self, prompt_len: int, max_new_tokens: int) -> int:
+        """Upper bound of one row's memory in a sub-batch whose longest prompt has
+        ``prompt_len`` tokens: its static-cache slots and its prompt pass's scores."""
+        # With kept keys/values the known and own parts are padded separately.
+        width = (2 if self.reuse_kv else 1) * prompt_len + max_new_tokens
+        return width * (self._kv_bytes_per_token + self._score_bytes_per_pair * prompt_len)
+
+    def _sub_batches(self, order: list[int], lengths: list[int], max_new_tokens: int):
+        """Split ``order`` (longest prompt first) into sub-batches of at most
+        ``batch_size`` rows that fit ``batch_memory_bytes``."""
+        start = 0
+        while start < len(order):
+            per_row = self.row_bytes(lengths[order[start]], max_new_tokens)
+            fit = self.batch_memory_bytes // per_row
+            if fit < 1:
+                raise SpagInputError(
+                    f"one game needs {per_row / 2**30:.2f} GiB for a {lengths[order[start]]}-token "
+                    f"prompt and {max_new_tokens} new tokens, more than the batch memory "
+                    f"({self.batch_memory_bytes / 2**30:.2f} GiB, selfplay.batch_memory_gib); "
+                    "raise it or lower selfplay.max_length"
+                )
+            size = min(self.batch_size, fit)
+            yield order[start : start + size]
+            start += size
+
+    def release(self, game_ids: list[str]) -> None:
         """Forget the stored keys/values of finished games."""
-        for key in cache_keys:
+        for key in game_ids:
             entry = self._kv_store.pop(key, None)
             if entry is not None:
                 self._kv_stored_bytes -= _nbytes(entry[1])
@@ -158,7 +209,7 @@ class HFBackend:
         temperature: float,
         top_p: float,
         top_k: int,
-        generator,
+        generators,
     ) -> list[list[int]]:
         """Generate for one sub-batch; return each row's new tokens (EOS, then padding).
 
@@ -270,7 +321,9 @@ class HFBackend:
             logits = logits.float()
             if t < MIN_NEW_TOKENS:
                 logits[:, eos] = float("-inf")  # no reply may be empty
-            token = torch.where(done, pad, self._pick(logits, temperature, top_p, top_k, generator))
+            token = torch.where(
+                done, pad, self._pick(logits, temperature, top_p, top_k, generators)
+            )
             out[:, t] = token
             done |= torch.isin(token, eos)
             if t + 1 == max_new_tokens or bool(done.all()):
@@ -286,8 +339,9 @@ class HFBackend:
         return out.tolist()
 
     @staticmethod
-    def _pick(logits, temperature: float, top_p: float, top_k: int, generator):
-        """Greedy (temperature 0) or temperature / top-k / nucleus sampling with ``generator``.
+    def _pick(logits, temperature: float, top_p: float, top_k: int, generators):
+        """Greedy (temperature 0) or temperature / top-k / nucleus sampling, row ``r``
+        drawing from ``generators[r]``.
 
         The filters apply in transformers' order: temperature, top-k, then top-p.
         """
@@ -308,7 +362,9 @@ class HFBackend:
             # Keep the smallest set whose mass reaches top_p (the top token always stays).
             probs = probs.masked_fill(probs.cumsum(-1) - probs >= top_p, 0)
         # Exponential race: argmax(p / E), E ~ Exp(1), is a draw from p (no sort, one pass).
-        race = torch.empty_like(probs).exponential_(generator=generator)
+        race = torch.stack(
+            [torch.empty_like(probs[0]).exponential_(generator=g) for g in generators]
+        )
         choice = (probs / race).argmax(-1)
         return choice if index is None else index.gather(-1, choice[:, None])[:, 0]
 
@@ -322,6 +378,49 @@ class HFBackend:
         return Reply(
             text=text, num_tokens=num, finished_by_eos=by_eos, prompt_truncated=prompt_truncated
         )
+
+
+def default_batch_memory(device, kept_bytes: int) -> int:
+    """Memory for one sub-batch when none is configured: on a GPU, 80% of what is free
+    once the model is loaded, less what kept keys/values may take; on CPU, half of the
+    memory available to this process (the cgroup limit where one is set)."""
+    import torch
+
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return max(int(0.8 * free) - kept_bytes, 1)
+    available = _cpu_available_bytes()
+    return max(available // 2 - kept_bytes, 1)
+
+
+def _cpu_available_bytes() -> int:
+    import os
+
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:
+        text = open("/proc/meminfo", encoding="ascii").read()
+        for line in text.splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    # A SLURM job or container sees the node's memory; its own limit is the cgroup's.
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            limit = open(limit_file, encoding="ascii").read().strip()
+            usage = int(open(usage_file, encoding="ascii").read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit():
+            available = min(available, int(limit) - usage)
+        break
+    return max(available, 0)
 
 
 def _nbytes(kv: list[tuple]) -> int:

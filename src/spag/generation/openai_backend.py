@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.generation.base import Reply, derive_seed
+from spag.generation.base import Reply, prompt_seeds
 
 log = logging.getLogger(__name__)
 
@@ -239,24 +239,24 @@ class OpenAIBackend:
         top_k: int,
         greedy: bool,
         seed: int,
-        cache_keys: list[str] | None = None,
+        game_ids: list[str] | None = None,
     ) -> list[Reply]:
         """One reply per prompt, in order; greedy decoding is temperature 0.
 
-        ``cache_keys`` is accepted for the interface; the server keeps its own cache.
+        Each request carries the seed of its game (``prompt_seeds``); the server
+        keeps its own cache.
         """
         if not prompts:
             return []
+        seeds = prompt_seeds(seed, game_ids, len(prompts))
         temp = 0.0 if greedy else temperature
 
         def one(i: int) -> Reply:
-            body = self._payload(
-                prompts[i], max_new_tokens, temp, top_p, derive_seed(seed, i), top_k
-            )
+            body = self._payload(prompts[i], max_new_tokens, temp, top_p, seeds[i], top_k)
             return self._reply(self._post(body))
 
         with ThreadPoolExecutor(max_workers=min(self.spec.workers, len(prompts))) as pool:
             return list(pool.map(one, range(len(prompts))))
 
-    def release(self, cache_keys: list[str]) -> None:
+    def release(self, game_ids: list[str]) -> None:
         """Nothing is kept per game on this side."""

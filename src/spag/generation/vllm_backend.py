@@ -2,9 +2,9 @@
 
 Kept thin on purpose: prompts are rendered and encoded by the shared
 :class:`spag.game.rendering.PromptRenderer` (raw or chat, one BOS, left truncation) and handed to vLLM as token ids, so that ``hf`` and
-``vllm`` games see the same inputs. Each request gets its own seed derived from
-the call's seed, which makes a game's sampling independent of what else runs in
-the batch. vLLM is imported only here, and only when this backend is chosen.
+``vllm`` games see the same inputs. Each request gets its own seed, derived from
+the call's seed and the game's episode id (``prompt_seeds``), which makes a game's
+sampling independent of what else runs in the batch. vLLM is imported only here, and only when this backend is chosen.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from spag.generation.base import (
     MIN_NEW_TOKENS,
     Reply,
     context_budget,
-    derive_seed,
+    prompt_seeds,
     stop_token_ids,
 )
 
@@ -81,12 +81,13 @@ class VLLMBackend:
         top_k: int,
         greedy: bool,
         seed: int,
-        cache_keys: list[str] | None = None,
+        game_ids: list[str] | None = None,
     ) -> list[Reply]:
         from vllm import SamplingParams
 
         if not prompts:
             return []
+        seeds = prompt_seeds(seed, game_ids, len(prompts))
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
         sample = not greedy and temperature > 0
         params = [
@@ -99,7 +100,7 @@ class VLLMBackend:
                 max_tokens=int(max_new_tokens),
                 min_tokens=min(MIN_NEW_TOKENS, int(max_new_tokens)),
                 stop_token_ids=self.eos_ids,
-                seed=derive_seed(seed, i),
+                seed=seeds[i],
                 skip_special_tokens=True,
             )
             for i in range(len(encoded))
@@ -119,5 +120,5 @@ class VLLMBackend:
             )
         return replies
 
-    def release(self, cache_keys: list[str]) -> None:
+    def release(self, game_ids: list[str]) -> None:
         """Nothing to do: vLLM's prefix cache evicts by itself."""
