@@ -2,9 +2,17 @@
 # `snakemake spag_epoch3` builds M3 and its evaluation; `snakemake -n spag_epoch3`
 # shows the plan. See README.md.
 
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.14.1")
+
+# envs/*.yaml install this project as `-e "${SPAG_PROJECT_DIR}[extra]"`: conda runs their
+# pip lines from the env file's copy under .snakemake/conda/ (or --conda-prefix), where a
+# relative path names nothing; pip expands ${VAR} there and conda inherits this environment.
+# Set here, not asked of the user (hence no `envvars:`).
+os.environ.update(SPAG_PROJECT_DIR=workflow.basedir)
 
 
 configfile: "config.yaml"
@@ -39,7 +47,7 @@ rule all:
 
 rule imitation:
     input:
-        IMITATION_MODEL,
+        imitation_targets(),
 
 
 # spag_epoch1 ... spag_epochN: M(e) and its evaluation.

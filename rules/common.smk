@@ -9,6 +9,8 @@ from pathlib import Path
 from spag.config import check_run_inputs, validate_config
 from spag.training.settings import stage_arguments
 from spag.cluster import family_resources, torchrun_prefix
+from spag.data.words import read_word_list
+from spag.game.teacher import teacher_plan, uses_teacher
 
 validate_config(config, source="config")
 
@@ -65,6 +67,9 @@ if not Path(BASE_MODEL).exists():
     check_run_inputs(config)
 SFT_DATA = result("data", "sft.parquet")
 IMITATION_SAMPLES = result("imitation", "samples.parquet")
+TEACHER_SHARD = result("teacher", "shard_{shard}.parquet")
+TEACHER_EPISODES = result("teacher", "episodes.parquet")
+TEACHER_OUTCOMES = result("teacher", "outcomes.tsv")
 IMITATION_SCORED = result("imitation", "scored.parquet")
 IMITATION_MODEL = result("imitation", "model")
 IMITATION_LOSS = result("imitation", "loss.tsv")
@@ -163,7 +168,11 @@ def epoch_targets(epoch):
     does not rebuild a removed intermediate file whose dependents are up to date, and
     a user who removes one shard wants it rebuilt, with what depends on it.
     """
-    targets = [model_of_epoch(epoch), REASONING.format(model="base")]
+    targets = [
+        model_of_epoch(epoch),
+        *imitation_targets(),
+        REASONING.format(model="base"),
+    ]
     targets.append(REASONING.format(model="imitation"))
     targets += [BASELINE_TABLE.format(model=m) for m in BASELINE_MODELS]
     for e in range(1, int(epoch) + 1):
@@ -174,6 +183,99 @@ def epoch_targets(epoch):
             EPOCH_SUMMARY.format(epoch=e),
         ]
     return targets
+
+
+# ---------------------------------------------------------------- teacher games
+# With data.imitation "teacher", M0 imitates games played by data.teacher (an
+# endpoint or a model folder) instead of a released file. The plan (games, worst-case
+# requests) is checked against the cost cap before any job and shown until the games
+# exist.
+TEACHER = uses_teacher(config)
+if TEACHER:
+    _teacher = config["data"]["teacher"]
+    _num_words = (
+        config["words"]["num_train"]
+        if _teacher["words"] == "train"
+        else len(read_word_list(_teacher["words"]))
+    )
+    TEACHER_PLAN = teacher_plan(config, _num_words, built=(BASE_MODEL, IMITATION_MODEL))
+    if not Path(TEACHER_EPISODES).exists():
+        print(TEACHER_PLAN.describe(config), file=sys.stderr)
+
+
+def imitation_input(wildcards):
+    return TEACHER_EPISODES if TEACHER else config["data"]["imitation"]
+
+
+def _is_folder_player(value):
+    return bool(value) and not value.startswith("openai:")
+
+
+def teacher_inputs(wildcards):
+    t = config["data"]["teacher"]
+    inputs = {
+        "words": WORDS_TRAIN if t["words"] == "train" else t["words"],
+        "prompts": config["game"]["prompts"],
+    }
+    for key in ("model", "partner"):
+        if _is_folder_player(t[key]):
+            inputs[key] = t[key]
+    return inputs
+
+
+def _teacher_local():
+    t = config["data"]["teacher"]
+    return _is_folder_player(t["model"]) or _is_folder_player(t["partner"])
+
+
+def teacher_family():
+    # A folder teacher or partner plays like self-play (GPU); endpoints only wait on
+    # HTTP, for hours at paper scale: their own family (resources.teacher).
+    return "selfplay" if _teacher_local() else "teacher"
+
+
+def teacher_env():
+    return backend_env() if teacher_family() == "selfplay" else "../envs/spag.yaml"
+
+
+def teacher_play_args(wildcards, threads):
+    t = config["data"]["teacher"]
+    options = dict(
+        model=t["model"],
+        model_name="teacher",
+        max_new_tokens=t["max_new_tokens"],
+        temperature=t["temperature"],
+        top_p=t["top_p"],
+        top_k=t["top_k"],
+        greedy=t["temperature"] == 0,
+        max_turns=config["game"]["max_turns"],
+    )
+    if t["partner"]:
+        options.update(opponent=t["partner"], opponent_name="partner")
+        options["no_greedy"] = t["temperature"] > 0
+    else:
+        options["games_per_word"] = t["games_per_word"]
+    if _teacher_local():
+        # Engine flags only where a local model plays: for endpoints they would do
+        # nothing but rerun (and pay for) the games whenever self-play settings change.
+        options.update(
+            engine_args("selfplay"), batch_size=config["selfplay"]["batch_size"]
+        )
+    flags = cli_args(**options)
+    if _teacher_local():
+        flags += f" --threads {threads_arg(wildcards, threads)}"
+    return flags
+
+
+def teacher_shards(wildcards=None):
+    shards = range(config["data"]["teacher"]["num_shards"])
+    return expand(TEACHER_SHARD, shard=map(shard_name, shards))
+
+
+def imitation_targets():
+    """M0, and with teacher games their shards: like self-play shards, a removed one
+    is rebuilt (Snakemake does not rebuild an intermediate file on its own)."""
+    return [IMITATION_MODEL, *(teacher_shards() if TEACHER else [])]
 
 
 # ---------------------------------------------------------------- resources
@@ -198,11 +300,15 @@ def job_threads(kind):
     return config["resources"][kind]["cpus"]
 
 
-# A job's torch threads: inside a SLURM job the CPUs it was given, else the rule's
-# threads. Snakemake caps `threads` at the workflow profile's `cores` even for remote
-# jobs, so the SLURM value is read where the job runs.
+# A job's torch threads: in a remote (SLURM) job step the CPUs its job was given, else
+# the rule's threads. Snakemake caps `threads` at the workflow profile's `cores` even
+# for remote jobs, so the SLURM value is read where the job runs.
 def threads_arg(wildcards, threads):
-    return f'"${{SLURM_CPUS_PER_TASK:-{threads}}}"'
+    if workflow.remote_exec:
+        # A job step of a remote executor: the CPUs its SLURM job was given.
+        return f'"${{SLURM_CPUS_PER_TASK:-{threads}}}"'
+    # Local (also a local executor inside an allocation): the scheduler's threads.
+    return str(threads)
 
 
 # ---------------------------------------------------------------- arguments

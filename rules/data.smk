@@ -47,7 +47,7 @@ if TINY_BASE:
         benchmark:
             bench_path("base_model.tsv")
         conda:
-            "../envs/spag.yaml"
+            "../envs/train.yaml"
         resources:
             **job_resources("cpu"),
         params:
@@ -75,7 +75,7 @@ else:
         benchmark:
             bench_path("base_model.tsv")
         conda:
-            "../envs/spag.yaml"
+            "../envs/train.yaml"
         resources:
             **job_resources("cpu"),
         params:

@@ -1,10 +1,60 @@
 # Imitation learning (SFTwithKL): M0 imitates the winners of demonstration games,
-# with a KL term against the base model.
+# with a KL term against the base model. The games come from a file, or are played
+# by a teacher (data.imitation "teacher"), one job per shard of the words.
+
+
+rule teacher_play:
+    input:
+        unpack(teacher_inputs),
+    output:
+        TEACHER_SHARD,
+    log:
+        log_path("teacher", "shard_{shard}.log"),
+    benchmark:
+        bench_path("teacher", "shard_{shard}.tsv")
+    conda:
+        teacher_env()
+    threads: job_threads(teacher_family())
+    resources:
+        **job_resources(teacher_family()),
+    params:
+        seed=config["seed"],
+        num_shards=config["data"]["teacher"]["num_shards"],
+        shard=lambda wildcards: int(wildcards.shard),
+        args=teacher_play_args,
+    shell:
+        "spag play --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        " --shard-index {params.shard} --num-shards {params.num_shards} --epoch 0"
+        " --seed {params.seed} {params.args} > {log:q} 2>&1"
+
+
+rule teacher_games:
+    input:
+        teacher_shards,
+    output:
+        episodes=TEACHER_EPISODES,
+        counts=report(
+            TEACHER_OUTCOMES,
+            caption="../report/teacher_outcomes.rst",
+            category="Imitation",
+            subcategory="Teacher games",
+        ),
+    log:
+        log_path("teacher", "merge_episodes.log"),
+    benchmark:
+        bench_path("teacher", "merge_episodes.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    shell:
+        "spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
+        " --counts {output.counts:q} --epoch 0 > {log:q} 2>&1"
 
 
 rule imitation_samples:
     input:
-        data=config["data"]["imitation"],
+        data=imitation_input,
         prompts=config["game"]["prompts"],
     output:
         IMITATION_SAMPLES,

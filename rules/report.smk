@@ -8,6 +8,7 @@ REPORT_TARGETS = [
     SUMMARY_EPOCHS,
     SUMMARY_REASONING,
     SUMMARY_EVAL_GAMES,
+    *([TEACHER_OUTCOMES] if TEACHER else []),
     *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(
         str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}")),

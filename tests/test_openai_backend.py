@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_endpoint import FakeEndpoint
 
 from spag.errors import SpagInputError
 from spag.generation.base import Reply
@@ -17,59 +15,6 @@ from spag.generation.openai_backend import (
     is_endpoint_spec,
     parse_spec,
 )
-
-
-class FakeEndpoint:
-    """An OpenAI-style server: answers from a script, records requests, can fail on purpose."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.headers: list[dict] = []
-        self.fail_first = 0  # answer HTTP 503 to this many requests first
-        self.status = 200
-        self.lock = threading.Lock()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # keep the test output clean
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with owner.lock:
-                    owner.requests.append({"path": self.path, **body})
-                    owner.headers.append(dict(self.headers))
-                    failing = owner.fail_first > 0
-                    owner.fail_first -= failing
-                if failing or owner.status != 200:
-                    self.send_response(503 if failing else owner.status)
-                    self.end_headers()
-                    self.wfile.write(b'{"error": "busy"}')
-                    return
-                prompt = body.get("prompt") or body["messages"][-1]["content"]
-                text = f" reply to {len(prompt)} chars "
-                if self.path.endswith("/chat/completions"):
-                    choice = {
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "stop",
-                    }
-                else:
-                    choice = {"text": text, "finish_reason": "length"}
-                answer = {"choices": [choice], "usage": {"completion_tokens": 7}}
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def spec(self, **opts) -> str:
-        query = "&".join(f"{k}={v}" for k, v in {"model": "judge-7b", **opts}.items())
-        return f"openai:http://127.0.0.1:{self.port}/v1?{query}"
 
 
 @pytest.fixture()

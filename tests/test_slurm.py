@@ -103,14 +103,16 @@ def make_workdir(root: Path) -> Path:
     return root
 
 
-def snakemake_cmd(workdir: Path, profile: Path, *targets: str, extra: tuple = ()) -> list[str]:
+def snakemake_cmd(
+    workdir: Path, profile: Path, *targets: str, extra: tuple = (), timeout: int = RUN_TIMEOUT
+) -> list[str]:
     snakemake = Path(sys.executable).with_name("snakemake")
     # targets first: --configfile takes every word that follows it
     return [
         "timeout",
         "-k",
         "15",
-        str(RUN_TIMEOUT),
+        str(timeout),
         str(snakemake),
         *targets,
         "--profile",
@@ -190,21 +192,23 @@ def parse_log(text: str) -> dict[str, Job]:
     return jobs
 
 
-def run_snakemake(workdir: Path, profile: Path, name: str, *targets: str, env=None) -> Run:
+def run_snakemake(
+    workdir: Path, profile: Path, name: str, *targets: str, env=None, timeout: int = RUN_TIMEOUT
+) -> Run:
     log = workdir / f"{name}.log"
     with open(log, "w") as fh:
         proc = subprocess.run(
-            snakemake_cmd(workdir, profile, *targets),
+            snakemake_cmd(workdir, profile, *targets, timeout=timeout),
             stdout=fh,
             stderr=subprocess.STDOUT,
             env=env or job_env(),
-            timeout=RUN_TIMEOUT + 60,
+            timeout=timeout + 60,
         )
     return _finish(proc.returncode, log)
 
 
 def _finish(rc: int, log: Path) -> Run:
-    assert rc not in (124, 137), f"snakemake ran past {RUN_TIMEOUT} s and was ended, see {log}"
+    assert rc not in (124, 137), f"snakemake ran past its time limit and was ended, see {log}"
     text = log.read_text()
     return Run(rc, text, parse_log(text))
 
@@ -538,3 +542,111 @@ def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
     assert squeue_state(slurm_id) == "COMPLETED", out.read_text()
     ranks = {p.name: p.read_text() for p in tmp_path.glob("rank*")}
     assert ranks == {"rank0": "2", "rank1": "2"}, out.read_text()
+
+
+# ---------------------------------------------------------------- first contact
+# The paper's layout (configs/paper-llama2-7b.yaml: its 32 shards, job families and
+# settings) with the tiny model and sizes shrunk to a 2-CPU, 2-(fake-)GPU node: what
+# a user's first `snakemake --profile slurm` meets, from plan to finished epoch.
+PAPER_SHRINK = {
+    "epochs": 1,
+    "offline": True,
+    "base_model": {"name_or_path": "tiny"},
+    "words": {"source": "wordfreq", "num_train": 64, "num_test": 4, "min_length": 3,
+              "max_length": 12},
+    "data": {"imitation": "data/demo_games.json", "sft": "data/demo_sft.json"},
+    "selfplay": {"backend": "hf", "batch_size": 8, "max_new_tokens": 8, "max_length": 512,
+                 "dtype": "float32", "tensor_parallel_size": None},
+    "scoring": {"batch_size": 4, "dtype": "float32"},
+    "imitation": {"max_steps": 2, "max_length": 256, "bf16": False, "tf32": False,
+                  "deepspeed": None, "gradient_accumulation_steps": 1},
+    "spag": {"max_steps": 2, "max_length": 256, "bf16": False, "tf32": False,
+             "deepspeed": None, "gradient_accumulation_steps": 1},
+    "evaluation": {"max_new_tokens": 8, "batch_size": 8,
+                   "reasoning": {"tasks": ["spag_tiny_reasoning"],
+                                 "include_path": "data/lm_eval_tasks", "limit": 4}},
+    # The paper's families, each scaled to the node: training on two GPUs (the paper:
+    # eight on one node), the others on one GPU or none.
+    "resources": {
+        "selfplay": {"gpus": 1, "cpus": 1, "mem_mb": 2500, "max_mem_mb": 5000,
+                     "runtime": 20, "max_runtime": 40},
+        "train": {"gpus": 2, "nodes": 1, "cpus": 2, "mem_mb": 4000, "max_mem_mb": 8000,
+                  "runtime": 20, "max_runtime": 40},
+        "score": {"gpus": 1, "cpus": 1, "mem_mb": 2500, "max_mem_mb": 5000,
+                  "runtime": 20, "max_runtime": 40},
+        "evaluate": {"gpus": 1, "cpus": 1, "mem_mb": 2500, "max_mem_mb": 5000,
+                     "runtime": 20, "max_runtime": 40},
+        "cpu": {"cpus": 1, "mem_mb": 1500, "max_mem_mb": 3000, "runtime": 20,
+                "max_runtime": 40},
+    },
+}  # fmt: skip
+PAPER_FAMILIES = {
+    "selfplay": "selfplay",
+    "train_imitation": "train",
+    "train_spag": "train",
+    "score_imitation": "score",
+    "score_ref": "score",
+    "eval_play": "evaluate",
+    "eval_reasoning": "evaluate",
+    "merge_episodes": "cpu",
+    "assign_rewards": "cpu",
+}
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+@pytest.fixture(scope="module")
+def paper_run(tmp_path_factory, cluster) -> tuple[Run, Run, dict, Path]:
+    paper = yaml.safe_load((REPO / "configs" / "paper-llama2-7b.yaml").read_text())
+    config = _merge(paper, PAPER_SHRINK)
+    wd = tmp_path_factory.mktemp("slurm-paper") / "work"
+    make_workdir(wd)
+    (wd / "overlay.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    plan = dry_run(wd, cluster, "spag_epoch1")
+    # 32 shards on a node that runs two at a time: longer than the other runs.
+    run = run_snakemake(wd, cluster, "paper", "spag_epoch1", timeout=3 * RUN_TIMEOUT)
+    return plan, run, config, wd
+
+
+@pytest.mark.slurm
+def test_first_contact_with_the_paper_layout(paper_run):
+    plan, run, config, workdir = paper_run
+    shards = config["selfplay"]["num_shards"]
+    assert shards == 32  # the paper's, kept
+    planned = {}
+    for job in plan.jobs.values():
+        planned[job.rule] = planned.get(job.rule, 0) + 1
+    assert planned["selfplay"] == shards
+    assert run.rc == 0, run.log[-4000:]
+    # every job of the plan went through sbatch and finished
+    assert run.keys("finished") == plan.keys("all") == run.keys("submitted")
+    resources = config["resources"]
+    for rule, family in PAPER_FAMILIES.items():
+        jobs = [j for j in run.submitted if j.rule == rule]
+        assert jobs, rule
+        want = resources[family]
+        for job in jobs[:2]:
+            got = scontrol_job(job.slurm_id)
+            where = (rule, job.slurm_id)
+            # one node, the family's CPUs, memory and time, its GPUs as one request
+            assert got["NumNodes"] == "1", (where, got["NumNodes"])
+            assert got["NumTasks"] == "1" and got["CPUs/Task"] == str(want["cpus"]), where
+            assert got["MinMemoryNode"] in (f"{want['mem_mb']}M", f"{want['mem_mb'] / 1024:g}G")
+            assert got["TimeLimit"] == f"00:{want['runtime']:02d}:00", where
+            gpus = want.get("gpus", 0)
+            asked = got.get("TresPerJob", "") + got.get("TresPerNode", "")
+            if gpus:
+                assert asked.endswith(f"gpu:{gpus}") or asked.endswith(f"gpu={gpus}"), where
+            else:
+                assert "gpu" not in asked, where
+            # no per-GPU task geometry (it would bind tasks to single GPUs)
+            assert got.get("NtasksPerTRES", "0") in ("0", "N/A"), where
+    # training ran as one process per GPU (torchrun; gloo on this GPU-less node)
+    for log in ("results/logs/imitation/train.log", "results/logs/epoch1/train.log"):
+        text = (workdir / log).read_text()
+        assert "2 rank(s)" in text, (log, text[-2000:])

@@ -8,8 +8,9 @@ import shutil
 import subprocess
 
 import pytest
-from spag.training.scoring import score_file
 from training_samples import sample_rows, write_samples
+
+from spag.training.scoring import score_file
 
 pytestmark = pytest.mark.deepspeed
 

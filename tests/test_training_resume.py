@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from training_samples import sample_rows, write_samples
+
 from spag.cli import main
 from spag.training.scoring import score_file
-from training_samples import sample_rows, write_samples
 
 MAX_STEPS = 24
 

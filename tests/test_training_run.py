@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from training_samples import sample_rows, write_samples
+
 from spag.cli import main
 from spag.training.scoring import META_IDENTITY, model_identity, score_file
-from training_samples import sample_rows, write_samples
 
 MAX_LENGTH = 96
 
@@ -144,6 +145,7 @@ def test_shipped_deepspeed_configs():
 
 def test_trimmed_logits_give_the_same_logprobs(tiny_model_dir):
     import torch
+
     from spag.training.collate import SampleCollator, encode_pairs, pad_token_id
     from spag.training.scoring import load_model_and_tokenizer, model_sequence_logprobs
 

@@ -26,7 +26,12 @@ log = logging.getLogger("spag.play")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model folder (Hugging Face checkpoint)")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="model folder (Hugging Face checkpoint), or an OpenAI-compatible endpoint "
+        "'openai:http://host:port/v1?model=NAME' (e.g. a teacher playing demonstrations)",
+    )
     p.add_argument("--words", required=True, help="target words, one a line")
     p.add_argument("--output", required=True, help="shard Parquet file to write")
     p.add_argument(
@@ -218,7 +223,9 @@ def run(args: argparse.Namespace) -> int:
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
 
     endpoint = is_endpoint_spec(args.opponent)
-    names = {POLICY: args.model_name or default_model_name(args.model)}
+    model_endpoint = is_endpoint_spec(args.model)
+    default = parse_spec(args.model).model if model_endpoint else default_model_name(args.model)
+    names = {POLICY: args.model_name or default}
     if args.opponent:
         default = parse_spec(args.opponent).model if endpoint else default_model_name(args.opponent)
         names[OPPONENT] = args.opponent_name or default
@@ -229,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         len(words),
         len(specs),
         seed,
-        args.backend,
+        "openai (endpoint)" if model_endpoint else args.backend,
         "greedy"
         if greedy
         else f"temperature {args.temperature}, top-k {args.top_k}, top-p {args.top_p}",
@@ -243,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
     backends = {}
     if specs:
         # Two engines share the GPU in evaluation games.
-        share = args.gpu_memory_utilization / (2 if args.opponent else 1)
+        local_engines = (not model_endpoint) + bool(args.opponent and not endpoint)
+        share = args.gpu_memory_utilization / max(local_engines, 1)
         # What each backend takes; load_backend refuses anything else.
         opts = dict(
             batch_size=args.batch_size,
@@ -265,12 +273,18 @@ def run(args: argparse.Namespace) -> int:
                 gpu_memory_utilization=share,
                 seed=seed,
             )
-        backends[POLICY] = load_backend(args.backend, args.model, **opts)
+        backends[POLICY] = (
+            load_backend("openai", args.model)
+            if model_endpoint
+            else load_backend(args.backend, args.model, **opts)
+        )
         if endpoint:
             # An OpenAI-compatible server (e.g. the paper's GPT-4 games) as the fixed opponent.
             backends[OPPONENT] = load_backend("openai", args.opponent)
         elif args.opponent:
-            same = Path(args.opponent).resolve() == Path(args.model).resolve()
+            same = (
+                not model_endpoint and Path(args.opponent).resolve() == Path(args.model).resolve()
+            )
             backends[OPPONENT] = (
                 backends[POLICY] if same else load_backend(args.backend, args.opponent, **opts)
             )

@@ -185,7 +185,16 @@ def imitation_samples(
         _, flat = load_episodes(episodes_table, source)
         prompts = prompts if prompts is not None else load_prompts()
         outcomes, ns = judge_flat_episodes(flat)
-        _game_rows(cols, flat, outcomes, ns, prompts, random.Random(seed).random, None)
+        n_att, n_def = _game_rows(
+            cols, flat, outcomes, ns, prompts, random.Random(seed).random, None
+        )
+        if n_att + n_def == 0:
+            # Never a silent empty imitation set (e.g. a teacher whose games all tie).
+            counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
+            raise SpagInputError(
+                f"{source}: no decisive game among {len(outcomes)} ({counts}): "
+                "no demonstrations to imitate"
+            )
         cols.weight = [1.0] * len(cols.role)
     if instructions is not None:
         cols.add_sft(*validate_sft(instructions, instructions_source))

@@ -13,7 +13,9 @@ global RNG is untouched.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from pathlib import Path
 
 from spag.errors import SpagInputError
@@ -95,11 +97,7 @@ class HFBackend:
         # split so that it fits, whatever --batch-size says.
         if batch_memory_bytes is not None and batch_memory_bytes <= 0:
             raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_bytes}")
-        self.batch_memory_bytes = (
-            int(batch_memory_bytes)
-            if batch_memory_bytes is not None
-            else default_batch_memory(self.device, self.reuse_kv_bytes if self.reuse_kv else 0)
-        )
+        self._batch_memory_bytes = int(batch_memory_bytes) if batch_memory_bytes else None
         config = self.model.config.get_text_config()
         heads = int(config.num_attention_heads)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -157,6 +155,15 @@ class HFBackend:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(int(seed))
         return generator
+
+    @property
+    def batch_memory_bytes(self) -> int:
+        """The configured batch memory, or else what is free when first asked: by then
+        every model of the job (an opponent's too) is loaded."""
+        if self._batch_memory_bytes is None:
+            kept = self.reuse_kv_bytes if self.reuse_kv else 0
+            self._batch_memory_bytes = default_batch_memory(self.device, kept)
+        return self._batch_memory_bytes
 
     def row_bytes(self, prompt_len: int, max_new_tokens: int) -> int:
         """Upper bound of one row's memory in a sub-batch whose longest prompt has
@@ -382,45 +389,71 @@ class HFBackend:
 
 def default_batch_memory(device, kept_bytes: int) -> int:
     """Memory for one sub-batch when none is configured: on a GPU, 80% of what is free
-    once the model is loaded, less what kept keys/values may take; on CPU, half of the
-    memory available to this process (the cgroup limit where one is set)."""
+    (with what torch's allocator holds unused), on CPU half of what this process may
+    still use (its cgroup's limit where one is set); less the keys/values kept between
+    turns, which may take at most half of it."""
     import torch
 
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
-        return max(int(0.8 * free) - kept_bytes, 1)
-    available = _cpu_available_bytes()
-    return max(available // 2 - kept_bytes, 1)
+        free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        budget = int(0.8 * free)
+    else:
+        budget = _cpu_available_bytes() // 2
+    return max(budget - min(kept_bytes, budget // 2), 1)
 
 
 def _cpu_available_bytes() -> int:
-    import os
-
+    """MemAvailable, or less where the process's cgroup (v2, or v1 memory) limits it."""
     available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        text = open("/proc/meminfo", encoding="ascii").read()
-        for line in text.splitlines():
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
             if line.startswith("MemAvailable:"):
                 available = int(line.split()[1]) * 1024
+    for limit, used in _cgroup_limits():
+        available = min(available, max(limit - used, 0))
+    return available
+
+
+def _cgroup_limits(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), fs: Path = Path("/sys/fs/cgroup")
+) -> list[tuple[int, int]]:
+    """(limit, used) of this process's memory cgroup and its ancestors; page cache that
+    can be dropped (inactive_file) does not count as used."""
+    out: list[tuple[int, int]] = []
+    try:
+        lines = proc_cgroup.read_text(encoding="ascii").splitlines()
     except OSError:
-        pass
-    # A SLURM job or container sees the node's memory; its own limit is the cgroup's.
-    for limit_file, usage_file in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        (
-            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
-        ),
-    ):
-        try:
-            limit = open(limit_file, encoding="ascii").read().strip()
-            usage = int(open(usage_file, encoding="ascii").read().strip())
-        except (OSError, ValueError):
+        return out
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            root, names = fs, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):  # cgroup v1
+            root = fs / "memory"
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
             continue
-        if limit.isdigit():
-            available = min(available, int(limit) - usage)
-        break
-    return max(available, 0)
+        here = root / path.lstrip("/")
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                limit = (here / names[0]).read_text(encoding="ascii").strip()
+                if limit.isdigit() and int(limit) < 2**60:
+                    used = int((here / names[1]).read_text(encoding="ascii"))
+                    out.append((int(limit), used - _inactive_file(here)))
+            if here == root or root not in here.parents:
+                break
+            here = here.parent
+    return out
+
+
+def _inactive_file(folder: Path) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in (folder / "memory.stat").read_text(encoding="ascii").splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("inactive_file", "total_inactive_file"):
+                return int(value)
+    return 0
 
 
 def _nbytes(kv: list[tuple]) -> int:

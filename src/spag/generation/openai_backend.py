@@ -188,9 +188,17 @@ class OpenAIBackend:
                 detail = exc.read()[:300].decode("utf-8", "replace")
                 last = f"HTTP {exc.code}: {detail}"
                 if exc.code not in RETRY_STATUS:
+                    hint = ""
+                    if exc.code == 404 or (exc.code == 400 and "model" in detail.lower()):
+                        # The two mistakes a user makes: the URL's path, the model's name.
+                        hint = (
+                            " (is the URL the server's API root, e.g. http://host:8000/v1, and "
+                            f"does it serve a model named '{self.spec.model}'? GET {self.spec.base_url}"
+                            "/models lists them)"
+                        )
                     raise EndpointError(
                         f"endpoint {self.spec.url} (model {self.spec.model}) refused the request: "
-                        f"{last}"
+                        f"{last}{hint}"
                     ) from exc
             except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
                 reason = getattr(exc, "reason", exc)
