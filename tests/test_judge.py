@@ -43,7 +43,7 @@ def test_plural_comes_from_textblob():
     import importlib.util
     from pathlib import Path
 
-    from spag.judge import _load_pluralize, _pluralize
+    from spag.judge import _load_pluralize
 
     spec = importlib.util.find_spec("textblob")
     expected_file = Path(list(spec.submodule_search_locations)[0]) / "en" / "inflect.py"
