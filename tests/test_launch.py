@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from workflow_utils import deep_merge
 
 from spag.cluster import (
     DEFAULT_GROWTH_CAP,
@@ -170,17 +171,10 @@ def _config(*overlays: Path | dict) -> dict:
     """config.yaml with overlays on top, validated (defaults filled) as the workflow does."""
     from spag.config import validate_config
 
-    def merge(into: dict, layer: dict) -> None:
-        for key, value in layer.items():
-            if isinstance(value, dict) and isinstance(into.get(key), dict):
-                merge(into[key], value)
-            else:
-                into[key] = value
-
     config = yaml.safe_load((REPO / "config.yaml").read_text())
     for overlay in overlays:
         layer = overlay if isinstance(overlay, dict) else yaml.safe_load(overlay.read_text())
-        merge(config, layer)
+        config = deep_merge(config, layer)
     return validate_config(config, source="test")
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_utils import failing_shards_env
+from workflow_utils import deep_merge, failing_shards_env
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
@@ -377,16 +377,7 @@ def test_overlay_is_a_valid_config():
     """The tests' overlay keeps to the config schema (or every run below fails)."""
     from spag.config import validate_config
 
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    for key, value in OVERLAY.items():
-        if isinstance(value, dict):
-            for sub, v in value.items():
-                if isinstance(v, dict):
-                    config.setdefault(key, {}).setdefault(sub, {}).update(v)
-                else:
-                    config.setdefault(key, {})[sub] = v
-        else:
-            config[key] = value
+    config = deep_merge(yaml.safe_load((REPO / "config.yaml").read_text()), OVERLAY)
     validate_config(config, source="overlay")
     assert config["selfplay"]["num_shards"] > max(FAILING, CANCELLED)
 
@@ -593,17 +584,10 @@ PAPER_FAMILIES = {
 }
 
 
-def _merge(base: dict, over: dict) -> dict:
-    out = dict(base)
-    for key, value in over.items():
-        out[key] = _merge(base.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
 @pytest.fixture(scope="module")
 def paper_run(tmp_path_factory, cluster) -> tuple[Run, Run, dict, Path]:
     paper = yaml.safe_load((REPO / "configs" / "paper-llama2-7b.yaml").read_text())
-    config = _merge(paper, PAPER_SHRINK)
+    config = deep_merge(paper, PAPER_SHRINK)
     wd = tmp_path_factory.mktemp("slurm-paper") / "work"
     make_workdir(wd)
     (wd / "overlay.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

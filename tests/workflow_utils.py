@@ -63,6 +63,18 @@ def snakemake(
     )
 
 
+def deep_merge(base: dict, layer: dict) -> dict:
+    """``base`` with ``layer`` on top, as Snakemake layers config files: mappings merge
+    key by key, any other value replaces."""
+    out = dict(base)
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 FAULTS_DIR = Path(__file__).resolve().parent / "faults"
 
 

@@ -93,7 +93,7 @@ def _fast_pluralize(pluralize: Callable[[str], str]) -> Callable[[str], str]:
             rules.append((suffix, inflection, members, _literal_filter(suffix.pattern)))
     # Candidate rules by the word's last letter, in rule order.
     by_last: dict[str, list] = {}
-    for ch in {c for c in map(chr, range(32, 127))}:
+    for ch in map(chr, range(32, 127)):
         by_last[ch] = [
             r
             for r in rules
