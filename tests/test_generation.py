@@ -272,6 +272,31 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     assert histories[1] == histories[3]
 
 
+def test_hf_counts_the_tokens_it_runs(tiny_model_dir):
+    """The counters in spag play's log: prompt tokens, those run through the model
+    (kept keys/values cover the rest), rows x decoding steps."""
+    from spag.game.prompts import load_prompts
+    from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+    from spag.generation.hf_backend import HFBackend
+
+    specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0)
+    # Sampled: the games' histories differ (greedy tiny-model games repeat one
+    # another, and their common prefix would cover the histories).
+    settings = PlaySettings(max_turns=2, max_new_tokens=4, seed=4)
+    counted = {}
+    for reuse in (True, False):
+        b = HFBackend(tiny_model_dir, batch_size=8, reuse_kv=reuse)
+        games = play_games(specs, {POLICY: b}, load_prompts(), settings)
+        counted[reuse] = b.stats
+        messages = sum(len(g.message_tokens) for g in games)
+        generated = sum(sum(g.message_tokens) for g in games)
+        assert generated <= b.stats["decode_row_steps"] <= messages * 4
+        assert 0 < b.stats["prompt_tokens_computed"] < b.stats["prompt_tokens"]
+    assert counted[True]["prompt_tokens"] == counted[False]["prompt_tokens"]
+    # Kept keys/values spare the later turns' histories.
+    assert counted[True]["prompt_tokens_computed"] < counted[False]["prompt_tokens_computed"]
+
+
 def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
     import torch
 

@@ -302,6 +302,19 @@ def run(args: argparse.Namespace) -> int:
 
     games = play_games(specs, backends, prompts, settings, progress) if specs else []
     bar.close()
+    logged: set[int] = set()
+    for key, backend in backends.items():
+        stats = getattr(backend, "stats", None)
+        if stats and id(backend) not in logged:
+            logged.add(id(backend))
+            log.info(
+                "%s model: %d prompt tokens, %d run through it (the rest from kept "
+                "keys/values), %d rows x decoding steps",
+                key,
+                stats["prompt_tokens"],
+                stats["prompt_tokens_computed"],
+                stats["decode_row_steps"],
+            )
     table = games_table(
         games,
         max_turns=args.max_turns,

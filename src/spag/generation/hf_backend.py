@@ -104,6 +104,10 @@ class HFBackend:
         kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
         elem = torch.finfo(self.model.dtype).bits // 8
         self._kv_bytes_per_token = 2 * int(config.num_hidden_layers) * kv_heads * head_dim * elem
+        self._kv_heads, self._head_dim = kv_heads, int(head_dim)
+        # Work done, for the job's log: prompt tokens, those run through the model
+        # (the rest came from kept keys/values), and rows x decoding steps.
+        self.stats = {"prompt_tokens": 0, "prompt_tokens_computed": 0, "decode_row_steps": 0}
         # Attention scores of the prompt pass (float32 where the kernel materialises them).
         self._score_bytes_per_pair = heads * 4
 
@@ -268,17 +272,23 @@ class HFBackend:
             mask[row, known_w - n : known_w] = 1
             mask[row, width - len(own) : width] = 1
         ids, mask, positions = ids.to(dev), mask.to(dev), positions.to(dev)
+        self.stats["prompt_tokens"] += sum(len(s) for s in seqs)
+        self.stats["prompt_tokens_computed"] += sum(
+            len(s) - n for s, (n, _) in zip(seqs, known, strict=True)
+        )
 
         cache = StaticCache(config=self.model.config, max_cache_len=total)
         if known_w:
+            # Each row's known part copied once into a left-padded block (no pad/stack copies).
+            shape = (batch, self._kv_heads, known_w, self._head_dim)
             for layer_idx, layer in enumerate(cache.layers):
-                parts_k, parts_v = [], []
-                for n, kv in known:
+                block_k = torch.zeros(shape, dtype=self.model.dtype, device=dev)
+                block_v = torch.zeros(shape, dtype=self.model.dtype, device=dev)
+                for row, (n, kv) in enumerate(known):
                     k, v = (kv if kv is not None else shared)[layer_idx]  # type: ignore[index]
-                    pad = known_w - n
-                    parts_k.append(torch.nn.functional.pad(k[:, :n], (0, 0, pad, 0)))
-                    parts_v.append(torch.nn.functional.pad(v[:, :n], (0, 0, pad, 0)))
-                layer.update(torch.stack(parts_k), torch.stack(parts_v))
+                    block_k[row, :, known_w - n :] = k[:, :n]
+                    block_v[row, :, known_w - n :] = v[:, :n]
+                layer.update(block_k, block_v)
         logits = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -332,6 +342,7 @@ class HFBackend:
                 done, pad, self._pick(logits, temperature, top_p, top_k, generators)
             )
             out[:, t] = token
+            self.stats["decode_row_steps"] += batch
             done |= torch.isin(token, eos)
             if t + 1 == max_new_tokens or bool(done.all()):
                 break
