@@ -54,13 +54,16 @@ def main() -> None:
     ap.add_argument("--old-rev", default="0c0b7f0")
     ap.add_argument("--results", default=str(REPO / "perf" / "results" / "judge.md"))
     args = ap.parse_args()
-    source = subprocess.run(
-        ["git", "show", f"{args.old_rev}:src/spag/judge.py"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    # The package lay under workflow_scripts/ before it moved to src/.
+    for where in ("src/spag/judge.py", "workflow_scripts/spag/judge.py"):
+        shown = subprocess.run(
+            ["git", "show", f"{args.old_rev}:{where}"], cwd=REPO, capture_output=True, text=True
+        )
+        if shown.returncode == 0:
+            source = shown.stdout
+            break
+    else:
+        raise SystemExit(f"no judge.py in revision {args.old_rev}")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "judge_old.py"
         path.write_text(source)
