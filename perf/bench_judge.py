@@ -89,8 +89,8 @@ def main() -> None:
         "",
         f"`judge_flat` in one process, {args.games} games (60% end with a defender's guess): "
         f"revision {args.old_rev} (one compiled pattern per word) **{t_old:.2f} s**, now "
-        f"**{t_new:.2f} s** ({t_old / t_new:.1f}x); outcomes identical. Both include the "
-        "textblob plural of every word.",
+        f"**{t_new:.2f} s** ({t_old / t_new:.1f}x); outcomes identical. Both compute the "
+        "plural textblob gives for every word (now by the exact rule filter of `spag.judge`).",
         "",
     ]
     Path(args.results).write_text("\n".join(lines))
