@@ -279,11 +279,13 @@ class HFBackend:
 
         cache = StaticCache(config=self.model.config, max_cache_len=total)
         if known_w:
-            # Each row's known part copied once into a left-padded block (no pad/stack copies).
+            # Each row's known part copied once into a left-padded block (no pad/stack
+            # copies). The cache copies the block, so one block serves every layer: each
+            # layer writes the same row spans, and the padding stays zero.
             shape = (batch, self._kv_heads, known_w, self._head_dim)
+            block_k = torch.zeros(shape, dtype=self.model.dtype, device=dev)
+            block_v = torch.zeros(shape, dtype=self.model.dtype, device=dev)
             for layer_idx, layer in enumerate(cache.layers):
-                block_k = torch.zeros(shape, dtype=self.model.dtype, device=dev)
-                block_v = torch.zeros(shape, dtype=self.model.dtype, device=dev)
                 for row, (n, kv) in enumerate(known):
                     k, v = (kv if kv is not None else shared)[layer_idx]  # type: ignore[index]
                     block_k[row, :, known_w - n :] = k[:, :n]
