@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
 
-    from bench_selfplay import bench_words
+    from bench_selfplay import bench_words, write_results
 
     tmp = tempfile.TemporaryDirectory()
     out_dir = Path(tmp.name)
@@ -392,10 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows = [{k: v for k, v in s.items() if k != "games"} for s in sides]
     if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
-        out.write_text(markdown(meta, rows), encoding="utf-8")
+        write_results(Path(args.output), meta, rows, markdown(meta, rows))
     return 0
 
 

@@ -207,11 +207,15 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     if args.output:
-        out = Path(args.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
-        out.write_text(markdown(meta, rows), encoding="utf-8")
+        write_results(Path(args.output), meta, rows, markdown(meta, rows))
     return 0
+
+
+def write_results(out: Path, meta: dict, rows: list[dict], report: str) -> None:
+    """The Markdown report at ``out`` and the raw figures beside it (``.json``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2) + "\n")
+    out.write_text(report, encoding="utf-8")
 
 
 NOTE = """
