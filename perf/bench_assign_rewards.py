@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -236,8 +237,8 @@ main(sys.argv[1], sys.argv[2])
 """
 
 
-def measure(cmd: list[str], repeat: int) -> tuple[float, float, float]:
-    """Best wall time, peak RSS (MiB) and best CPU time over ``repeat`` runs.
+def run_once(cmd: list[str]) -> tuple[float, float, float]:
+    """Wall time, peak RSS (MiB) and CPU time of one run of ``cmd``.
 
     Each run is started from a fresh interpreter, so that the children's
     resource usage is that one run's.
@@ -250,16 +251,34 @@ def measure(cmd: list[str], repeat: int) -> tuple[float, float, float]:
         "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
         "print(json.dumps([p.returncode, w, r.ru_maxrss / 1024, r.ru_utime + r.ru_stime]))\n"
     )
-    walls, peaks, cpus = [], [], []
+    out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True)
+    rc, wall, peak, cpu = json.loads(out.stdout)
+    if rc != 0:
+        raise SystemExit(f"{cmd} failed ({rc}):\n{out.stderr}")
+    return wall, peak, cpu
+
+
+def measure_alternating(cmds: dict[str, list[str]], repeat: int) -> dict[str, dict]:
+    """``repeat`` rounds, each running every command once in turn (so that a change in
+    the machine's speed weighs on all sides); per side: every wall time, the best and
+    median wall and CPU time, the largest peak RSS."""
+    runs: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cmds}
     for _ in range(repeat):
-        out = subprocess.run([sys.executable, "-c", probe, *cmd], capture_output=True, text=True)
-        rc, wall, peak, cpu = json.loads(out.stdout)
-        if rc != 0:
-            raise SystemExit(f"{cmd} failed ({rc}):\n{out.stderr}")
-        walls.append(wall)
-        peaks.append(peak)
-        cpus.append(cpu)
-    return min(walls), max(peaks), min(cpus)
+        for name, cmd in cmds.items():
+            runs[name].append(run_once(cmd))
+    out = {}
+    for name, rs in runs.items():
+        walls = [r[0] for r in rs]
+        cpus = [r[2] for r in rs]
+        out[name] = {
+            "walls": walls,
+            "best": min(walls),
+            "median": statistics.median(walls),
+            "cpu": min(cpus),
+            "cpu_median": statistics.median(cpus),
+            "rss": max(r[1] for r in rs),
+        }
+    return out
 
 
 def compare(samples_path: Path, baseline_path: Path) -> str:
@@ -288,12 +307,13 @@ def run_shape(args, tmp: Path, distinct: bool) -> dict:
     write_episodes(episodes, args.episodes, distinct=distinct)
     samples = tmp / "samples.parquet"
     cmd = [*spag, "assign-rewards", "--episodes", str(episodes), "--output", str(samples)]
-    ours = measure(cmd, args.repeat)
-    n_samples = pq.read_metadata(samples).num_rows
     script = tmp / "baseline.py"
     script.write_text(BASELINE)
     base_out = tmp / "baseline.json"
-    base = measure([sys.executable, str(script), str(episodes), str(base_out)], 1)
+    base_cmd = [sys.executable, str(script), str(episodes), str(base_out)]
+    measured = measure_alternating({"ours": cmd, "base": base_cmd}, args.repeat)
+    ours, base = measured["ours"], measured["base"]
+    n_samples = pq.read_metadata(samples).num_rows
     words = len(set(pq.read_table(episodes, columns=["target_word"]).column(0).to_pylist()))
     return {
         "ours": ours,
@@ -331,14 +351,20 @@ def main() -> int:
         pass
     rows, notes = [], []
     for name, r in shapes.items():
-        (ow, orss, ocpu), (bw, brss, bcpu) = r["ours"], r["base"]
+        o, b = r["ours"], r["base"]
         rows.append(
-            f"| {name}: {r['words']} words | `spag assign-rewards` | {ow:.2f} | {ocpu:.2f} | "
-            f"{orss:.0f} |\n| | per-game baseline | {bw:.2f} | {bcpu:.2f} | {brss:.0f} |"
+            f"| {name}: {r['words']} words | `spag assign-rewards` | {o['best']:.2f} | "
+            f"{o['median']:.2f} | {o['cpu']:.2f} | {o['rss']:.0f} |\n"
+            f"| | per-game baseline | {b['best']:.2f} | {b['median']:.2f} | {b['cpu']:.2f} | "
+            f"{b['rss']:.0f} |"
         )
         notes.append(
-            f"- {name}: {r['samples']} samples; speed-up {bw / ow:.1f}x by wall time, "
-            f"{bcpu / ocpu:.1f}x by CPU time; outputs compared: {r['agreement']}."
+            f"- {name}: {r['samples']} samples; speed-up {b['best'] / o['best']:.1f}x by best "
+            f"wall time, {b['median'] / o['median']:.1f}x by median wall time, "
+            f"{b['cpu'] / o['cpu']:.1f}x by CPU time; "
+            f"outputs compared: {r['agreement']}.\n"
+            f"  Wall times (s), ours: {', '.join(f'{w:.2f}' for w in o['walls'])}; "
+            f"baseline: {', '.join(f'{w:.2f}' for w in b['walls'])}."
         )
     table = "\n".join(rows)
     summary = "\n".join(notes)
@@ -352,12 +378,13 @@ Command: `python perf/bench_assign_rewards.py --episodes {args.episodes} --repea
 Input: {args.episodes} synthetic episodes (5 turns at most, all four outcomes), in two
 shapes: every game with its own target word (the paper plays each word once per
 epoch), and games drawn from a few words. Both sides are whole processes: wall time
-is the whole subprocess, interpreter start-up and Parquet I/O included (ours: best of
-{args.repeat} runs; the baseline: one run); CPU time is user + system time of the child;
-peak memory is the child's maximum RSS.
+is the whole subprocess, interpreter start-up and Parquet I/O included; {args.repeat}
+rounds, each running both sides in turn; best and median wall time over the rounds; CPU
+time is user + system time of the child (best round); peak memory is the child's
+maximum RSS (largest round).
 
-| shape | implementation | wall time (s) | CPU time (s) | peak RSS (MiB) |
-|---|---|---:|---:|---:|
+| shape | implementation | best wall time (s) | median wall time (s) | CPU time (s) | peak RSS (MiB) |
+|---|---|---:|---:|---:|---:|
 {table}
 
 {summary}

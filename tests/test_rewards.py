@@ -286,6 +286,13 @@ def test_bad_history_named_by_episode(tmp_path):
     )
     with pytest.raises(SpagInputError, match=r"message 0 of episode 'x1' has null content"):
         assign_rewards(null_content)
+    null_message = bad_roles.set_column(
+        3,
+        "history",
+        pa.array([[{"role": "attacker", "content": "a"}, None]], type=EPISODE_FIELDS[3].type),
+    )
+    with pytest.raises(SpagInputError, match=r"message 1 of episode 'x1' is null"):
+        assign_rewards(null_message)
     int_content = bad_roles.set_column(
         3, "history", pa.array([[{"role": "attacker", "content": 3}]])
     )
@@ -301,3 +308,19 @@ def test_random_module_state_is_not_used():
     a = assign_rewards(t, seed=0)
     random.seed(2)
     assert a.equals(assign_rewards(t, seed=0))
+
+
+def test_sliced_and_chunked_episodes_read_as_their_rows():
+    from spag.game.episodes import flatten_episodes
+
+    table = episodes_table(GAMES)
+    whole = flatten_episodes(table)
+    for start in range(1, len(GAMES)):
+        part = flatten_episodes(table.slice(start))
+        first = whole.offsets[start]
+        assert part.episode_ids == whole.episode_ids[start:]
+        assert part.offsets == [o - first for o in whole.offsets[start:]]
+        assert part.roles == whole.roles[first:]
+        assert part.contents == whole.contents[first:]
+    chunked = pa.concat_tables([table.slice(0, 2), table.slice(2)])
+    assert flatten_episodes(chunked) == whole

@@ -16,7 +16,7 @@ import importlib.util
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 ATTACKER_WINS = "attacker_wins"
 DEFENDER_WINS = "defender_wins"
@@ -145,12 +145,20 @@ def derivatives(word: str) -> tuple[str, ...]:
 _GAP = (1, 8)  # the ".{1,8}" between the guess phrase and the word
 
 
-class _WordRules(NamedTuple):
-    # Mentions: every quoted form contains its bare form, and "-ing"/"-ed" contain
-    # the word itself, so testing the word and its plural is the same test.
-    word: str
-    plural: str
-    forms: tuple[str, ...]
+class _WordRules:
+    """What the judge needs of one target word.
+
+    Mentions: every quoted form contains its bare form, and "-ing"/"-ed" contain
+    the word itself, so testing the word and its plural is the same test. The 16
+    forms are built only for a game that ends in a guess (few of them).
+    """
+
+    __slots__ = ("_forms", "plural", "word")
+
+    def __init__(self, word: str, plural_form: str) -> None:
+        self.word = word
+        self.plural = plural_form
+        self._forms: tuple[str, ...] | None = None
 
     def correct(self, low: str) -> bool:
         """``re.search(PREDICTION_PATTERN + "(?:" + "|".join(forms) + ")", low)``, without
@@ -160,13 +168,16 @@ class _WordRules(NamedTuple):
         1 to 8 characters other than a newline (what ``.`` matches) are followed by
         one of the forms.
         """
+        forms = self._forms
+        if forms is None:
+            forms = self._forms = derivatives(self.word)
         start = low.find(GUESS_PREFIX)
         while start >= 0:
             gap = start + len(GUESS_PREFIX)
             for k in range(_GAP[0], _GAP[1] + 1):
                 if gap + k > len(low) or low[gap + k - 1] == "\n":
                     break
-                if low.startswith(self.forms, gap + k):
+                if low.startswith(forms, gap + k):
                     return True
             start = low.find(GUESS_PREFIX, start + 1)
         return False
@@ -174,8 +185,8 @@ class _WordRules(NamedTuple):
 
 @functools.lru_cache(maxsize=65536)
 def _rules(word: str) -> _WordRules:
-    forms = derivatives(word)
-    return _WordRules(forms[0], forms[3], forms)
+    w = word.lower()
+    return _WordRules(w, plural(w))
 
 
 def is_prediction(text: str) -> bool:

@@ -118,7 +118,12 @@ def load_episodes(
     # The list offsets of a sliced array start where the slice does; flatten() matches.
     raw_offsets = history.offsets.to_pylist()
     offsets = [o - raw_offsets[0] for o in raw_offsets]
-    role_arr, content_arr = history.flatten().flatten()
+    # The messages by slicing, not ListArray/StructArray.flatten(): those import
+    # pyarrow.compute (50 ms, a tenth of judging 50,000 games). StructArray.field
+    # follows the slice's offset; null messages are caught below.
+    messages = history.values.slice(raw_offsets[0], raw_offsets[-1] - raw_offsets[0])
+    role_arr = messages.field("role")
+    content_arr = messages.field("content")
     roles = role_arr.to_pylist()
     contents = content_arr.to_pylist()
     flat = FlatEpisodes(ids, words, turns, offsets, roles, contents)
@@ -127,6 +132,9 @@ def load_episodes(
         row = bisect.bisect_right(offsets, msg) - 1
         return f"message {msg - offsets[row]} of episode {ids[row]!r}"
 
+    if messages.null_count:
+        msg = messages.is_null().to_pylist().index(True)
+        raise SpagInputError(f"{source}: column 'history': {where(msg)} is null")
     if content_arr.null_count:
         raise SpagInputError(
             f"{source}: column 'history': {where(contents.index(None))} has null content"
