@@ -13,6 +13,7 @@ import importlib
 import logging
 import sys
 
+from spag.allocator import keep_freed_memory
 from spag.errors import SpagInputError
 
 # step name -> (module under spag.commands, one-line help)
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Before the step allocates: freed buffers stay for reuse (see spag.allocator).
+    keep_freed_memory()
     try:
         return int(_load(args._module).run(args) or 0)
     except SpagInputError as exc:

@@ -116,6 +116,7 @@ def train(cfg: TrainConfig) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from spag.training.collate import SampleCollator, SampleDataset, pad_token_id
+    from spag.training.packing import PackedCollator, use_packed_attention
     from spag.training.trainer import LossLogCallback, SpagTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
@@ -127,6 +128,8 @@ def train(cfg: TrainConfig) -> Path:
         trust_remote_code=cfg.trust_remote_code,
     )
     model.config.use_cache = False
+    if cfg.padding_free:
+        use_packed_attention(model)
     features, _report = build_features(
         table,
         tokenizer,
@@ -141,7 +144,9 @@ def train(cfg: TrainConfig) -> Path:
         model=model,
         args=args,
         train_dataset=dataset,
-        data_collator=SampleCollator(pad_token_id(tokenizer)),
+        data_collator=PackedCollator()
+        if cfg.padding_free
+        else SampleCollator(pad_token_id(tokenizer)),
         callbacks=[LossLogCallback(work_log)],
         method=cfg.method,
         kl_coeff=cfg.kl_coeff,

@@ -56,6 +56,9 @@ class StageSettings:
     save_steps: int = _opt(100, "trainer checkpoint every K steps (for resume)")
     logging_steps: int = _opt(1, "loss log row every K steps")
     group_by_length: bool = _opt(True, "batches of similar length (the SFT/game mix kept)")
+    padding_free: bool = _opt(
+        True, "a micro-batch's samples packed in one row, attention per sample (no padding)"
+    )
     kl_coeff: float | None = _opt(None, "KL coefficient (default: by method)")
     sft_coeff: float = _opt(0.5, "weight of the SFT term (offline_po only)")
     clip_eps: float = _opt(0.2, "ratio clip range (offline_po only)")

@@ -20,6 +20,7 @@ from transformers import Trainer, TrainerCallback
 
 from spag.training.collate import LengthGroupedSampler
 from spag.training.losses import offline_po_loss, sft_with_kl_loss
+from spag.training.packing import packed_sequence_logprobs
 from spag.training.scoring import model_sequence_logprobs
 
 METHODS = ("sft_kl", "offline_po")
@@ -91,6 +92,8 @@ class SpagTrainer(Trainer):
 
     # ---- loss ----
     def policy_logprobs(self, model, inputs) -> torch.Tensor:
+        if "cu_seq_lens_q" in inputs:
+            return packed_sequence_logprobs(model, inputs)
         return model_sequence_logprobs(
             model,
             inputs["input_ids"],
@@ -124,9 +127,14 @@ class SpagTrainer(Trainer):
                 self.sft_coeff,
                 self.clip_eps,
             )
-        mask = inputs["attention_mask"]
-        stats["tokens"] = mask.sum().to(torch.float32)
-        stats["positions"] = torch.tensor(float(mask.numel()), device=mask.device)
+        if "attention_mask" in inputs:
+            mask = inputs["attention_mask"]
+            stats["tokens"] = mask.sum().to(torch.float32)
+            stats["positions"] = torch.tensor(float(mask.numel()), device=mask.device)
+        else:  # packed: every position is a token
+            ids = inputs["input_ids"]
+            stats["tokens"] = torch.tensor(float(ids.numel()), device=ids.device)
+            stats["positions"] = stats["tokens"].clone()
         self._accumulate(stats)
         return (loss, {"logprobs": lp}) if return_outputs else loss
 

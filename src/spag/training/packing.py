@@ -1,0 +1,162 @@
+"""Padding-free training batches: a micro-batch's samples packed into one row.
+
+Right-padded batches of SPAG samples waste about a third of their slots (each batch
+keeps the SFT/game mix of a random batch, so lengths differ, see
+:class:`spag.training.collate.LengthGroupedSampler`). Packed, the samples are
+concatenated into one row whose position ids restart at every sample; attention runs
+per sample (causal, one SDPA call each, never across samples), and the vocabulary
+projection runs only at the positions that predict a learned token. Every sample sees
+exactly the tokens it sees in a padded batch, so its log-prob is the same up to
+floating-point rounding; the batch composition and the loss are unchanged.
+
+The attention is a function registered with transformers' attention interface under
+:data:`PACKED_ATTENTION`. It reads the sample boundaries from the ``cu_seq_lens_q``
+keyword (the convention of transformers' padding-free flash attention); without it
+(padded batches, generation) it is transformers' SDPA attention.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from spag.training.losses import IGNORE_INDEX
+
+PACKED_ATTENTION = "spag_packed_sdpa"
+
+
+def packed_sdpa_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention within each packed sample (``cu_seq_lens_q``), else plain SDPA."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    bounds = kwargs.get("cu_seq_lens_q")
+    if bounds is None:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        )
+    if query.shape[0] != 1:
+        raise ValueError(f"a packed batch is one row, got {query.shape[0]}")
+    # (1, heads, tokens, dim); key and value may have fewer heads (grouped queries).
+    gqa = key.shape[1] != query.shape[1]
+    dropout = dropout if module.training else 0.0
+    cuts = bounds.tolist()
+    parts = [
+        torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, a:b],
+            key[:, :, a:b],
+            value[:, :, a:b],
+            dropout_p=dropout,
+            is_causal=True,
+            scale=scaling,
+            enable_gqa=gqa,
+        )
+        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+    ]
+    out = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register_packed_attention() -> str:
+    """Register :func:`packed_sdpa_attention` (and SDPA's masks) under :data:`PACKED_ATTENTION`."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, packed_sdpa_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+    return PACKED_ATTENTION
+
+
+def use_packed_attention(model) -> None:
+    """Switch ``model`` (or the model inside a wrapper) to the packed attention."""
+    register_packed_attention()
+    inner = getattr(model, "module", model)
+    inner.set_attn_implementation(PACKED_ATTENTION)
+
+
+@dataclass
+class PackedCollator:
+    """Concatenate features into one row (``input_ids``, ``position_ids``, ``labels`` of
+    shape ``(1, tokens)``) with the sample boundaries ``cu_seq_lens_q``/``_k``; labels mask
+    query and BOS as in :class:`spag.training.collate.SampleCollator`. Per-sample columns
+    (reward, weight, is_sft, ref_logprob) are as in a padded batch."""
+
+    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor | int]:
+        lengths = [len(f["input_ids"]) for f in features]
+        total = sum(lengths)
+        input_ids = torch.empty((1, total), dtype=torch.long)
+        position_ids = torch.empty((1, total), dtype=torch.long)
+        labels = torch.full((1, total), IGNORE_INDEX, dtype=torch.long)
+        start = 0
+        for f, n in zip(features, lengths, strict=True):
+            ids = torch.tensor(f["input_ids"], dtype=torch.long)
+            input_ids[0, start : start + n] = ids
+            position_ids[0, start : start + n] = torch.arange(n)
+            ts = f["target_start"]
+            if ts < 1:
+                raise ValueError("a packed sample needs a query token before its target")
+            labels[0, start + ts : start + n] = ids[ts:]
+            start += n
+        bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        batch: dict[str, torch.Tensor | int] = {
+            "input_ids": input_ids,
+            "position_ids": position_ids,
+            "labels": labels,
+            "cu_seq_lens_q": bounds,
+            "cu_seq_lens_k": bounds,
+            "max_length_q": max(lengths),
+            "max_length_k": max(lengths),
+            "reward": torch.tensor([f["reward"] for f in features], dtype=torch.float32),
+            "weight": torch.tensor([f["weight"] for f in features], dtype=torch.float32),
+            "is_sft": torch.tensor([f["is_sft"] for f in features], dtype=torch.bool),
+        }
+        if all("ref_logprob" in f for f in features):
+            batch["ref_logprob"] = torch.tensor(
+                [f["ref_logprob"] for f in features], dtype=torch.float32
+            )
+        return batch
+
+
+def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
+    """Mean log-prob of each packed sample's learned tokens, ``(samples,)`` in float32.
+
+    Only the positions that predict a learned token are projected onto the vocabulary
+    (``logits_to_keep`` as indices). A sample's first label is always ``IGNORE_INDEX``
+    (its query comes first), so no position predicts across a sample boundary.
+    """
+    labels = batch["labels"]
+    bounds = batch["cu_seq_lens_q"]
+    n = bounds.numel() - 1
+    keep = (labels[0, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)[0]
+    out = model(
+        input_ids=batch["input_ids"],
+        position_ids=batch["position_ids"],
+        use_cache=False,
+        logits_to_keep=keep,
+        cu_seq_lens_q=bounds,
+        cu_seq_lens_k=bounds,
+        max_length_q=batch["max_length_q"],
+        max_length_k=batch["max_length_k"],
+    )
+    logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
+    if logits.shape[0] != keep.numel():  # a model that ignores logits_to_keep
+        logits = logits[keep]
+    targets = labels[0, keep + 1]
+    token_lp = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    # The sample of the predicted token (position keep + 1).
+    sample = torch.searchsorted(bounds.to(keep.dtype), keep + 1, right=True) - 1
+    sums = torch.zeros(n, dtype=torch.float32, device=token_lp.device).index_add(
+        0, sample, token_lp
+    )
+    counts = torch.bincount(sample, minlength=n).clamp(min=1).to(torch.float32)
+    return sums / counts
