@@ -4,11 +4,11 @@ glibc serves an allocation above its mmap threshold (128 KiB at first, at most
 32 MiB as it adapts) with a fresh ``mmap`` and gives it back on ``free``. A CPU
 training step allocates and frees hundreds of such buffers (activations, their
 gradients, logits), so every step faults every page of them in again: on the
-project's 2-core machine, SmolLM2-135M spent 1-10 s of kernel time a step (out of
-6-12 s) in ~230,000-860,000 minor page faults. With the threshold raised, freed
-buffers go back to malloc's heap and the next step reuses them: the faults drop to
-none and a step runs at 250-275 instead of 120-215 GFLOP/s
-(``perf/results/scoring_training_smollm2.md``).
+project's 2-core machine, a SmolLM2-135M training pass spent 1.0-1.3 s of kernel
+time (of 6.3-6.5 s) in ~230,000 minor page faults. With the thresholds raised, freed
+buffers go back to malloc's heap and the next step reuses them: the faults and their
+kernel time are gone, and a whole training run is 1.15x faster
+(``perf/results/training_analysis.md``).
 
 The memory a step frees stays with the process (its peak is unchanged). A user who
 sets glibc's own malloc settings (``MALLOC_*_`` variables, ``GLIBC_TUNABLES``) or
