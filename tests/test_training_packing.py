@@ -39,8 +39,32 @@ def test_packed_layout():
     assert b["reward"].tolist() == [0.5, 0.5, 0.25]
     assert b["ref_logprob"].tolist() == [-1.0, -2.0, -3.0]
     assert "attention_mask" not in b
-    with pytest.raises(ValueError, match="query token"):
-        PackedCollator()([_feature([5, 6], 0)])
+    # A target from the first token (no BOS, empty query): that token predicts nothing,
+    # as in a padded batch, and the next sample's first token is not predicted either.
+    b = PackedCollator()([_feature([5, 6], 0), _feature([7, 8, 9], 0)])
+    assert b["labels"].tolist() == [[x, 6, x, 8, 9]]
+
+
+def test_a_model_that_bypasses_the_attention_interface_is_refused(monkeypatch):
+    from spag.errors import SpagInputError
+
+    model = _gqa_model()
+    # What transformers does for such a model: it warns and keeps its attention.
+    monkeypatch.setattr(type(model), "set_attn_implementation", lambda self, name: None)
+    with pytest.raises(SpagInputError, match="padding_free: false"):
+        use_packed_attention(model)
+
+
+def test_no_token_by_token_mask_is_built_for_a_packed_row():
+    from spag.training.packing import packed_mask
+
+    whole = {"batch_size": 1, "q_length": 12, "kv_length": 12, "attention_mask": None}
+    assert packed_mask(**whole) is None
+    padded = dict(whole, batch_size=2, attention_mask=torch.ones(2, 12, dtype=torch.bool))
+    padded["attention_mask"][1, :3] = False
+    mask = packed_mask(**padded)
+    assert mask is not None and mask.shape == (2, 1, 12, 12)
+    assert not bool(mask[1, 0, 5, 0]) and bool(mask[0, 0, 5, 0]) and not bool(mask[0, 0, 0, 5])
 
 
 def _gqa_model():
@@ -92,6 +116,15 @@ def test_packed_logprobs_and_gradients_equal_padded(tiny_model_dir, model_kind):
     assert torch.allclose(loss_packed, loss_padded, atol=1e-6)
     for gp, gq in zip(grads_packed, grads_padded, strict=True):
         assert torch.allclose(gp, gq, atol=1e-5, rtol=1e-4)
+    # Position 0 predicts nothing in either layout: a target from the first token.
+    first = [dict(f, target_start=0) for f in feats[:3]]
+    with torch.no_grad():
+        p = PackedCollator()(first)
+        q = SampleCollator(pad_token_id(tok))(first)
+        use_packed_attention(model)
+        a = packed_sequence_logprobs(model, p)
+        b = model_sequence_logprobs(model, q["input_ids"], q["attention_mask"], q["labels"])
+    assert torch.allclose(a, b, atol=1e-5, rtol=0)
     # The packed attention falls back to SDPA for padded batches (scoring, generation).
     again = model_sequence_logprobs(
         model, padded["input_ids"], padded["attention_mask"], padded["labels"]

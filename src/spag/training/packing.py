@@ -47,10 +47,16 @@ def packed_sdpa_attention(
         )
     if query.shape[0] != 1:
         raise ValueError(f"a packed batch is one row, got {query.shape[0]}")
+    for option in ("softcap", "sliding_window", "position_bias"):
+        if kwargs.get(option) is not None:
+            raise ValueError(
+                f"the packed attention does not implement {option}; "
+                "train this model with padding_free: false"
+            )
     # (1, heads, tokens, dim); key and value may have fewer heads (grouped queries).
     gqa = key.shape[1] != query.shape[1]
     dropout = dropout if module.training else 0.0
-    cuts = bounds.tolist()
+    cuts = kwargs.get("spag_cuts") or bounds.tolist()
     parts = [
         torch.nn.functional.scaled_dot_product_attention(
             query[:, :, a:b],
@@ -67,21 +73,49 @@ def packed_sdpa_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
+def packed_mask(*args, **kwargs):
+    """SDPA's mask, except for a whole sequence without padding (no 2-D mask, no cache):
+    there the attention is causal within each sample (packed) or over the row, and a
+    (tokens x tokens) mask of a packed row would only be built to be ignored."""
+    from transformers.masking_utils import sdpa_mask
+
+    if (
+        kwargs.get("attention_mask") is None
+        and not kwargs.get("q_offset")
+        and not kwargs.get("kv_offset")
+        and kwargs.get("q_length") == kwargs.get("kv_length")
+    ):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
 def register_packed_attention() -> str:
-    """Register :func:`packed_sdpa_attention` (and SDPA's masks) under :data:`PACKED_ATTENTION`."""
+    """Register :func:`packed_sdpa_attention` and :func:`packed_mask` under :data:`PACKED_ATTENTION`."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(PACKED_ATTENTION, packed_sdpa_attention)
-    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+    AttentionMaskInterface.register(PACKED_ATTENTION, packed_mask)
     return PACKED_ATTENTION
 
 
 def use_packed_attention(model) -> None:
-    """Switch ``model`` (or the model inside a wrapper) to the packed attention."""
+    """Switch ``model`` (or the model inside a wrapper) to the packed attention.
+
+    A model whose attention does not go through transformers' attention interface
+    (some remote-code models) keeps its own and would attend across packed samples:
+    that is refused.
+    """
+    from spag.errors import SpagInputError
+
     register_packed_attention()
     inner = getattr(model, "module", model)
     inner.set_attn_implementation(PACKED_ATTENTION)
+    if getattr(inner.config, "_attn_implementation", None) != PACKED_ATTENTION:
+        raise SpagInputError(
+            f"{type(inner).__name__} does not take the packed attention (its attention "
+            "bypasses transformers' attention interface); train it with padding_free: false"
+        )
 
 
 @dataclass
@@ -102,9 +136,10 @@ class PackedCollator:
             ids = torch.tensor(f["input_ids"], dtype=torch.long)
             input_ids[0, start : start + n] = ids
             position_ids[0, start : start + n] = torch.arange(n)
-            ts = f["target_start"]
-            if ts < 1:
-                raise ValueError("a packed sample needs a query token before its target")
+            # Position 0 predicts nothing (as in a padded batch, where the shift drops
+            # it): a sample's first label stays ignored even when its target starts
+            # there (no BOS, empty query), so no position predicts across samples.
+            ts = max(int(f["target_start"]), 1)
             labels[0, start + ts : start + n] = ids[ts:]
             start += n
         bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
@@ -147,6 +182,8 @@ def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
         cu_seq_lens_k=bounds,
         max_length_q=batch["max_length_q"],
         max_length_k=batch["max_length_k"],
+        # The boundaries as host integers: read once, not once per layer from the device.
+        spag_cuts=tuple(batch["cu_seq_lens_q"].tolist()),
     )
     logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
     if logits.shape[0] != keep.numel():  # a model that ignores logits_to_keep

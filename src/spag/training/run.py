@@ -128,7 +128,17 @@ def train(cfg: TrainConfig) -> Path:
         trust_remote_code=cfg.trust_remote_code,
     )
     model.config.use_cache = False
-    if cfg.padding_free:
+    padding_free = cfg.padding_free
+    if padding_free and args.n_gpu > 1:
+        # torch.nn.DataParallel (several GPUs, one process) splits every tensor along
+        # its first dimension: a packed row cannot be split that way.
+        log.warning(
+            "padding_free: off (%d GPUs in one process: DataParallel splits batches by "
+            "row; launch one process per GPU with torchrun to train padding-free)",
+            args.n_gpu,
+        )
+        padding_free = False
+    if padding_free:
         use_packed_attention(model)
     features, _report = build_features(
         table,
@@ -144,9 +154,7 @@ def train(cfg: TrainConfig) -> Path:
         model=model,
         args=args,
         train_dataset=dataset,
-        data_collator=PackedCollator()
-        if cfg.padding_free
-        else SampleCollator(pad_token_id(tokenizer)),
+        data_collator=PackedCollator() if padding_free else SampleCollator(pad_token_id(tokenizer)),
         callbacks=[LossLogCallback(work_log)],
         method=cfg.method,
         kl_coeff=cfg.kl_coeff,
