@@ -224,19 +224,27 @@ class SampleCollator:
             input_ids[i, : len(ids)] = ids
             attention_mask[i, : len(ids)] = 1
             labels[i, f["target_start"] : len(ids)] = ids[f["target_start"] :]
-        batch = {
+        return {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "labels": labels,
-            "reward": torch.tensor([f["reward"] for f in features], dtype=torch.float32),
-            "weight": torch.tensor([f["weight"] for f in features], dtype=torch.float32),
-            "is_sft": torch.tensor([f["is_sft"] for f in features], dtype=torch.bool),
+            **sample_columns(features),
         }
-        if all("ref_logprob" in f for f in features):
-            batch["ref_logprob"] = torch.tensor(
-                [f["ref_logprob"] for f in features], dtype=torch.float32
-            )
-        return batch
+
+
+def sample_columns(features: list[dict]) -> dict[str, torch.Tensor]:
+    """The per-sample tensors of a batch (reward, weight, is_sft, and ref_logprob where
+    every feature has one), whatever the token layout."""
+    columns = {
+        "reward": torch.tensor([f["reward"] for f in features], dtype=torch.float32),
+        "weight": torch.tensor([f["weight"] for f in features], dtype=torch.float32),
+        "is_sft": torch.tensor([f["is_sft"] for f in features], dtype=torch.bool),
+    }
+    if all("ref_logprob" in f for f in features):
+        columns["ref_logprob"] = torch.tensor(
+            [f["ref_logprob"] for f in features], dtype=torch.float32
+        )
+    return columns
 
 
 class LengthGroupedSampler(torch.utils.data.Sampler):

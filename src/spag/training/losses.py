@@ -11,6 +11,12 @@ import torch
 IGNORE_INDEX = -100
 
 
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-prob (float32) of ``targets[k]`` under the row ``logits[k]`` (``(K, V)``, ``(K,)``)."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
 def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean log-prob per sequence of the tokens whose label is not ``IGNORE_INDEX``.
 
@@ -23,10 +29,7 @@ def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tenso
     safe = shift_labels.masked_fill(~mask, 0)
     # Only the target positions need a log-softmax: select them first, which keeps
     # the float32 copy of the logits small when queries are long.
-    picked = shift_logits[mask].float()
-    token_lp = picked.gather(-1, safe[mask].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(
-        picked, dim=-1
-    )
+    token_lp = target_logprobs(shift_logits[mask], safe[mask])
     rows = mask.nonzero(as_tuple=True)[0]
     sums = torch.zeros(labels.shape[0], dtype=torch.float32, device=logits.device)
     sums = sums.index_add(0, rows, token_lp)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from spag.training.losses import IGNORE_INDEX
+from spag.training.collate import sample_columns
+from spag.training.losses import IGNORE_INDEX, target_logprobs
 
 PACKED_ATTENTION = "spag_packed_sdpa"
 
@@ -151,14 +152,8 @@ class PackedCollator:
             "cu_seq_lens_k": bounds,
             "max_length_q": max(lengths),
             "max_length_k": max(lengths),
-            "reward": torch.tensor([f["reward"] for f in features], dtype=torch.float32),
-            "weight": torch.tensor([f["weight"] for f in features], dtype=torch.float32),
-            "is_sft": torch.tensor([f["is_sft"] for f in features], dtype=torch.bool),
+            **sample_columns(features),
         }
-        if all("ref_logprob" in f for f in features):
-            batch["ref_logprob"] = torch.tensor(
-                [f["ref_logprob"] for f in features], dtype=torch.float32
-            )
         return batch
 
 
@@ -185,11 +180,10 @@ def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
         # The boundaries as host integers: read once, not once per layer from the device.
         spag_cuts=tuple(batch["cu_seq_lens_q"].tolist()),
     )
-    logits = out.logits.reshape(-1, out.logits.shape[-1]).float()
+    logits = out.logits.reshape(-1, out.logits.shape[-1])
     if logits.shape[0] != keep.numel():  # a model that ignores logits_to_keep
         logits = logits[keep]
-    targets = labels[0, keep + 1]
-    token_lp = logits.gather(-1, targets[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    token_lp = target_logprobs(logits, labels[0, keep + 1])
     # The sample of the predicted token (position keep + 1).
     sample = torch.searchsorted(bounds.to(keep.dtype), keep + 1, right=True) - 1
     sums = torch.zeros(n, dtype=torch.float32, device=token_lp.device).index_add(
