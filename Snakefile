@@ -33,6 +33,7 @@ include: "rules/selfplay.smk"
 include: "rules/spag.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
+include: "rules/preflight.smk"
 
 
 report: "report/workflow.rst"

@@ -9,6 +9,7 @@ from pathlib import Path
 from spag.config import check_run_inputs, validate_config
 from spag.training.settings import stage_arguments
 from spag.cluster import family_resources, torchrun_prefix
+from spag.device import family_device
 from spag.data.words import read_word_list
 from spag.game.teacher import teacher_plan, uses_teacher
 
@@ -316,7 +317,7 @@ def cli_args(**options):
     """Render keyword options as `--key value` flags (booleans as bare flags), shell-quoted."""
     parts = []
     for key, value in options.items():
-        if value is None or value is False:
+        if value is None or value is False or value == []:
             continue
         flag = f"--{key.replace('_', '-')}"
         if value is True:
@@ -335,7 +336,7 @@ def train_args(stage):
 
 def train_launcher():
     r = config["resources"]["train"]
-    return torchrun_prefix(r["gpus"], r["nodes"])
+    return torchrun_prefix(r["gpus"], r["nodes"], r["cpus"])
 
 
 def engine_args(family):
@@ -349,6 +350,7 @@ def engine_args(family):
         max_length=s["max_length"],
         dtype=s["dtype"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
+        device=family_device(config, family),
     )
     if s["backend"] == "vllm":
         gpus = config["resources"][family]["gpus"]
@@ -390,6 +392,7 @@ def score_args(max_length):
         max_length=max_length,
         prompt_format=config["game"]["prompt_format"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
+        device=family_device(config, "score"),
     )
 
 
@@ -404,6 +407,7 @@ def reasoning_args():
         dtype=r["dtype"],
         apply_chat_template=config["game"]["prompt_format"] == "chat",
         trust_remote_code=config["base_model"]["trust_remote_code"],
+        device=family_device(config, "evaluate"),
     )
 
 

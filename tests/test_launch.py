@@ -72,6 +72,32 @@ def test_several_nodes_use_srun_and_a_rendezvous(gpus, nodes):
     assert port == rendezvous_port_expr(RDZV_PORT)
 
 
+@pytest.mark.parametrize(("gpus", "nodes", "cpus"), [(8, 2, 64), (4, 3, 6), (2, 2, 1)])
+def test_every_node_step_asks_for_its_cpus_and_gpus(gpus, nodes, cpus):
+    """The inner srun carries the node's CPUs and GPUs (the job-step plugin strips SLURM_*
+    and srun does not inherit --cpus-per-task), and every rank its share of the CPUs."""
+    words = shlex.split(torchrun_prefix(gpus, nodes, cpus))
+    assert words[0] == f"OMP_NUM_THREADS={max(cpus // gpus, 1)}"
+    srun = words[1 : words.index("torchrun")]
+    assert srun[0] == "srun"
+    assert _flag(srun, "--cpus-per-task") == str(cpus)
+    assert f"--gres=gpu:{gpus}" in srun
+
+
+def test_cpu_nodes_ask_for_no_gpus():
+    words = shlex.split(torchrun_prefix(0, 2, 16))
+    assert words[0] == "OMP_NUM_THREADS=16"
+    assert not [w for w in words if "gpu" in w]
+
+
+@pytest.mark.parametrize(("gpus", "cpus", "threads"), [(8, 64, 8), (2, 3, 1), (4, 2, 1)])
+def test_one_node_ranks_share_the_cpus(gpus, cpus, threads):
+    # torchrun alone would give every rank OMP_NUM_THREADS=1
+    words = shlex.split(torchrun_prefix(gpus, 1, cpus))
+    assert words[:2] == [f"OMP_NUM_THREADS={threads}", "torchrun"]
+    assert torchrun_prefix(1, 1, cpus) == ""
+
+
 def test_rendezvous_port_is_offset_by_job_id():
     bash = shutil.which("bash")
     if bash is None:
@@ -96,7 +122,7 @@ def test_rendered_prefix_survives_the_job_shell():
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("bash not on PATH")
-    prefix = torchrun_prefix(8, 4)
+    prefix = torchrun_prefix(8, 4, 64)
     # `bash -n` parses without running: unbalanced quotes or $( ) would fail here
     subprocess.run([bash, "-n", "-c", f"{prefix} spag train --help"], check=True)
 

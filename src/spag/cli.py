@@ -34,6 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "summarize-run": ("summarize_run", "the run-wide summary tables"),
     "plot-epoch": ("plot_epoch", "one epoch's plots for the report"),
     "plot-run": ("plot_run", "the run-wide plots for the report"),
+    "preflight": ("preflight", "check what one rule family's jobs need (snakemake preflight)"),
+    "preflight-report": ("preflight_report", "print the preflight table of every family"),
 }
 
 

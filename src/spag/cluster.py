@@ -50,34 +50,58 @@ def rendezvous_port_expr(port: int = RDZV_PORT) -> str:
     return f"$(({port}+${{SLURM_JOB_ID:-0}}%{RDZV_PORT_SPAN}))"
 
 
-def srun_torchrun_prefix(gpus: int, nodes: int, port: int = RDZV_PORT) -> str:
+def threads_per_rank(cpus: int | None, procs: int) -> int | None:
+    """CPU threads of each of ``procs`` ranks sharing a node's ``cpus`` (None: not set)."""
+    return None if cpus is None else max(cpus // procs, 1)
+
+
+def _omp(cpus: int | None, procs: int) -> str:
+    # torchrun sets OMP_NUM_THREADS=1 for several processes per node: CPU Adam's OpenMP
+    # loop (ZeRO offload) and the data path would then run on one core per rank.
+    n = threads_per_rank(cpus, procs)
+    return "" if n is None else f"OMP_NUM_THREADS={n} "
+
+
+def srun_torchrun_prefix(
+    gpus: int, nodes: int, cpus: int | None = None, port: int = RDZV_PORT
+) -> str:
     """``srun`` + ``torchrun`` over ``nodes`` nodes, ``max(gpus, 1)`` processes per node.
 
     Every torchrun joins the c10d rendezvous on the first node, under the SLURM job id.
+    The step asks for the node's ``cpus`` and ``gpus`` itself: the job-step plugin strips
+    ``SLURM_*`` from the environment, and srun does not inherit ``--cpus-per-task``
+    (Slurm >= 22.05), so without them every node's ranks would share one core.
     """
     _check_shape(gpus, nodes)
     procs = max(gpus, 1)
+    step = f"--cpus-per-task {cpus} " if cpus else ""
+    if gpus > 0:
+        step += f"--gres=gpu:{gpus} "
     return (
-        f"srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 --kill-on-bad-exit=1 "
+        f"{_omp(cpus, procs)}srun --nodes {nodes} --ntasks {nodes} --ntasks-per-node 1 "
+        f"{step}--kill-on-bad-exit=1 "
         f"torchrun --no-python --nnodes {nodes} --nproc_per_node {procs} "
         f'--rdzv_backend c10d --rdzv_id "${{SLURM_JOB_ID:-0}}" '
         f"--rdzv_endpoint {_HEAD_NODE}:{rendezvous_port_expr(port)}"
     )
 
 
-def torchrun_prefix(gpus: int, nodes: int = 1, port: int = RDZV_PORT) -> str:
+def torchrun_prefix(
+    gpus: int, nodes: int = 1, cpus: int | None = None, port: int = RDZV_PORT
+) -> str:
     """Return the command prefix that launches ``spag train`` on ``nodes`` x ``gpus``.
 
     Zero GPUs (CPU runs) and one GPU on one node run a single plain process; several
-    GPUs on one node run ``torchrun --standalone`` with one process per GPU.
+    GPUs on one node run ``torchrun --standalone`` with one process per GPU. With
+    ``cpus`` (the family's CPUs per node), each rank gets ``OMP_NUM_THREADS`` = its share.
     """
     _check_shape(gpus, nodes)
     procs = max(gpus, 1)
     if nodes == 1:
         if procs == 1:
             return ""
-        return f"torchrun --no-python --standalone --nproc_per_node {procs}"
-    return srun_torchrun_prefix(gpus, nodes, port)
+        return f"{_omp(cpus, procs)}torchrun --no-python --standalone --nproc_per_node {procs}"
+    return srun_torchrun_prefix(gpus, nodes, cpus, port)
 
 
 def multinode_resources(gpus: int, nodes: int) -> dict[str, object]:

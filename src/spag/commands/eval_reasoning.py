@@ -41,7 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--num-fewshot", type=int, default=None, help="few-shot examples (default: each task's own)"
     )
     p.add_argument("--batch-size", default="8", help="lm-eval batch size, or 'auto' (default 8)")
-    p.add_argument("--device", default=None, help="default: cuda if available, else cpu")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="cuda (stop at once without working CUDA), cpu, auto (CUDA where it works), "
+        "or a torch device such as cuda:1 (default auto)",
+    )
     p.add_argument(
         "--dtype",
         default="auto",

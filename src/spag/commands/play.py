@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from spag.device import DEVICES, select_device
 from spag.errors import SpagInputError
 from spag.game.rendering import PROMPT_FORMATS
 from spag.generation.base import DEFAULT_TOP_K
@@ -142,6 +143,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="torch CPU threads (default: torch's choice; set it to the job's cores)",
     )
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="cuda: stop at once without working CUDA; cpu; auto: CUDA where it works",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -251,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
     if specs:
         # Two engines share the GPU in evaluation games.
         local_engines = (not model_endpoint) + bool(args.opponent and not endpoint)
+        # Before a model is loaded: a GPU job without working CUDA stops here.
+        device = select_device(args.device, "spag play") if local_engines else None
         share = args.gpu_memory_utilization / max(local_engines, 1)
         # What each backend takes; load_backend refuses anything else.
         opts = dict(
@@ -262,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.backend == "hf":
             opts.update(
+                device=device,
                 reuse_kv_bytes=int(args.kv_reuse_gib * 1024**3),
                 batch_memory_bytes=(
                     int(args.batch_memory_gib * 1024**3) if args.batch_memory_gib else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from spag.device import DEVICES
 from spag.game.rendering import PROMPT_FORMATS
 
 
@@ -18,6 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--prompt-format", choices=PROMPT_FORMATS, default="raw", help="same value as training's"
     )
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="cuda: stop at once without working CUDA; cpu; auto: CUDA where it works",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,5 +39,6 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         trust_remote_code=args.trust_remote_code,
         prompt_format=args.prompt_format,
+        device=args.device,
     )
     return 0

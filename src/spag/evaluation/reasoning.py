@@ -180,6 +180,11 @@ def evaluate_model(
     Checks the model folder and the task names first, so that a mistake is reported
     in one clear line before any model is loaded.
     """
+    from spag.device import DEVICES, select_device
+
+    # Before anything is loaded: a GPU job without working CUDA stops here.
+    if device is None or device in DEVICES:
+        device = select_device(device, "spag eval-reasoning")
     import lm_eval
 
     model_dir = check_model_folder(model_dir)
@@ -189,10 +194,6 @@ def evaluate_model(
         raise SpagInputError(f"--num-fewshot must be >= 0, got {num_fewshot}")
     manager = task_manager(include_path, tasks)
     check_tasks(tasks, manager)
-    if device is None:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = resolve_dtype(dtype, device)
     model_args: dict[str, Any] = {
         "pretrained": str(model_dir),

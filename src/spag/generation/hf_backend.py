@@ -18,6 +18,7 @@ import logging
 import os
 from pathlib import Path
 
+from spag.device import DEVICES, select_device
 from spag.errors import SpagInputError
 from spag.game.rendering import PromptRenderer
 from spag.generation.base import (
@@ -69,7 +70,9 @@ class HFBackend:
         # Kept keys/values stay under this many bytes (a large model keeps few or none).
         self.reuse_kv_bytes = int(reuse_kv_bytes)
         self._kv_stored_bytes = 0
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if device is None or device in DEVICES:
+            device = select_device(device, f"hf backend ({model_dir})")
+        self.device = torch.device(device)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(
                 model_dir, trust_remote_code=trust_remote_code

@@ -30,6 +30,7 @@ def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> d
         "checkpoint_dir",
         "loss_log",
         "keep_checkpoints",
+        "device",  # a run may resume on another machine
         "save_steps",
         "save_total_limit",
         "logging_steps",

@@ -11,27 +11,30 @@ import logging
 import os
 from pathlib import Path
 
+from spag.device import select_device
 from spag.errors import SpagInputError
 from spag.training.checkpoints import WORK_LOSS_LOG, prepare_checkpoint_dir, run_fingerprint
 from spag.training.distributed import ensure_distributed_env, resolve_deepspeed
+from spag.training.extensions import build_ops, needed_ops
 from spag.training.output import save_final
 from spag.training.settings import METHOD_DEFAULTS, TrainConfig, resolve_method_defaults
 
 log = logging.getLogger(__name__)
 
 
-def training_arguments(cfg: TrainConfig, deepspeed_config: str | None):
-    import torch
+def training_arguments(cfg: TrainConfig, deepspeed_config: str | None, device: str = "cpu"):
+    """The Trainer's arguments; ``device`` is the one :func:`spag.device.select_device` chose."""
     from transformers import TrainingArguments
 
-    tf32 = cfg.tf32 and torch.cuda.is_available()
+    on_cuda = device == "cuda"
+    tf32 = cfg.tf32 and on_cuda
     if cfg.tf32 and not tf32:
         log.warning("--tf32 ignored: no CUDA device")
     warmup = cfg.warmup_ratio
     if not 0.0 <= warmup < 1.0:
         raise SpagInputError(f"--warmup-ratio must be in [0, 1), got {warmup}")
     extra = {}
-    if deepspeed_config is not None and not torch.cuda.is_available():
+    if deepspeed_config is not None and not on_cuda:
         # Without CUDA, accelerate would set DeepSpeed up with no backend and count one
         # process whatever the world size; a state configured here with gloo counts right.
         from accelerate import PartialState
@@ -72,7 +75,7 @@ def training_arguments(cfg: TrainConfig, deepspeed_config: str | None):
         disable_tqdm=True,
         dataloader_drop_last=False,
         # use_cpu would bypass the DeepSpeed set-up; DeepSpeed picks its CPU accelerator itself.
-        use_cpu=not torch.cuda.is_available() and deepspeed_config is None,
+        use_cpu=not on_cuda and deepspeed_config is None,
     )
 
 
@@ -94,9 +97,17 @@ def train(cfg: TrainConfig) -> Path:
     if not (Path(cfg.model) / "config.json").is_file():
         raise SpagInputError(f"--model {cfg.model}: not a model folder (no config.json)")
     ref_dir = cfg.ref_model or cfg.model
+    # Before anything is loaded: a GPU job without working CUDA stops here.
+    device = select_device(cfg.device, "spag train")
     deepspeed_config = resolve_deepspeed(cfg.deepspeed)
     if deepspeed_config is not None:
+        if device == "cpu":
+            # DeepSpeed would pick CUDA by itself where it works.
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         ensure_distributed_env()
+        # CPU Adam (ZeRO offload) compiled, or loaded, in the node's own folder before
+        # the engine asks for it (spag.training.extensions).
+        build_ops(needed_ops(deepspeed_config), setting=f"--deepspeed {cfg.deepspeed}")
 
     from spag.data.tables import read_parquet
     from spag.training.collate import build_features, check_sample_table
@@ -107,7 +118,7 @@ def train(cfg: TrainConfig) -> Path:
 
     # The arguments come before the model: with ZeRO-3 they make from_pretrained
     # partition the weights as they load.
-    args = training_arguments(cfg, deepspeed_config)
+    args = training_arguments(cfg, deepspeed_config, device)
     is_main = args.process_index == 0
     fingerprint = run_fingerprint(cfg, model_identity(cfg.model), args.world_size)
     resume = prepare_checkpoint_dir(cfg, fingerprint, is_main)

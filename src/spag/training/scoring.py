@@ -18,6 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from spag.data.tables import read_parquet, write_parquet
+from spag.device import select_device
 from spag.errors import SpagInputError
 
 log = logging.getLogger(__name__)
@@ -180,6 +181,7 @@ def score_file(
     dtype: str = "float32",
     trust_remote_code: bool = False,
     prompt_format: str = "raw",
+    device: str = "auto",
 ) -> pa.Table:
     """Add ``ref_logprob`` under ``model_dir`` to the sample table and write it atomically.
 
@@ -193,10 +195,11 @@ def score_file(
 
     if batch_size < 1:
         raise SpagInputError(f"--batch-size must be positive, got {batch_size}")
+    # Before anything is loaded: a GPU job without working CUDA stops here.
+    device = torch.device(select_device(device, "spag score-ref"))
     table = check_sample_table(read_parquet(samples, "samples"), samples, need_ref=False)
     identity = model_identity(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model.to(device)
     features, report = build_features(
         table, tokenizer, max_length, samples, with_ref=False, prompt_format=prompt_format

@@ -17,6 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from spag.device import DEVICES, family_device
 from spag.game.rendering import PROMPT_FORMATS
 
 # Which loss each pipeline stage trains with (docs/design.md section 4).
@@ -82,6 +83,9 @@ class TrainConfig(StageSettings):
     trust_remote_code: bool = _opt(False, "let transformers run the model's own code")
     save_total_limit: int = _opt(2, "trainer checkpoints kept")
     keep_checkpoints: bool = _opt(False, "keep trainer checkpoints after the model is written")
+    device: str = _opt(
+        "auto", "cuda (stop at once without working CUDA), cpu, or auto", choices=DEVICES
+    )
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -163,4 +167,6 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
         for key in path:
             value = value[key]
         options[name] = value
+    # The rule family's GPUs decide: never a silent CPU run of a GPU job.
+    options["device"] = family_device(config, "train")
     return options

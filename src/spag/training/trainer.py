@@ -24,6 +24,10 @@ from spag.training.packing import packed_sequence_logprobs
 from spag.training.scoring import model_sequence_logprobs
 
 METHODS = ("sft_kl", "offline_po")
+# Per-sample columns the loss reads in float32 whatever the model's dtype: under
+# DeepSpeed the Trainer casts every floating input to the engine's dtype, and a
+# reference log-prob rounded to bf16 makes the step-0 ratio differ from 1.
+FLOAT32_COLUMNS = ("reward", "weight", "ref_logprob")
 COMPLETE_MARKER = "spag_checkpoint_complete"
 LOSS_LOG_COLUMNS = [
     "step",
@@ -90,6 +94,14 @@ class SpagTrainer(Trainer):
             lengths, self.args.per_device_train_batch_size, seed=self.args.seed, is_sft=is_sft
         )
 
+    def _prepare_inputs(self, inputs):
+        inputs = dict(inputs)
+        side = {k: inputs.pop(k) for k in FLOAT32_COLUMNS if k in inputs}
+        inputs = super()._prepare_inputs(inputs)
+        for key, value in side.items():
+            inputs[key] = value.to(device=self.args.device, dtype=torch.float32)
+        return inputs
+
     # ---- loss ----
     def policy_logprobs(self, model, inputs) -> torch.Tensor:
         if "cu_seq_lens_q" in inputs:
@@ -106,9 +118,10 @@ class SpagTrainer(Trainer):
         return inputs["ref_logprob"]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        lp = self.policy_logprobs(model, inputs)
-        ref = self.reference_logprobs(inputs).to(lp.dtype)
-        weight = inputs["weight"].to(lp.dtype)
+        # The loss in float32 (both log-prob paths return it; the side columns stay it).
+        lp = self.policy_logprobs(model, inputs).float()
+        ref = self.reference_logprobs(inputs).float()
+        weight = inputs["weight"].float()
         if self.method == "sft_kl":
             loss, stats = sft_with_kl_loss(lp, ref, weight, self.kl_coeff)
             # Counted for the log only: imitation treats every row alike.
@@ -120,7 +133,7 @@ class SpagTrainer(Trainer):
             loss, stats = offline_po_loss(
                 lp,
                 ref,
-                inputs["reward"].to(lp.dtype),
+                inputs["reward"].float(),
                 weight,
                 inputs["is_sft"],
                 self.kl_coeff,

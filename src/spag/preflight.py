@@ -1,0 +1,478 @@
+"""Preflight: what a rule family's jobs will meet, checked in minutes before a long run.
+
+``snakemake preflight`` submits one short job per family, exactly like the family's
+real jobs (resources, environment, launch prefix; training under its torchrun/srun
+shape), and each runs ``spag preflight``: the checks that family's steps depend on,
+as rows of ``{check, status, detail}``. A failing row says what to change. Every
+rank of a training job checks; rank 0 writes the family's report with every rank's
+rows. ``spag preflight-report`` puts the families together, prints one table and
+fails when a row failed.
+
+Checks (each only where the family needs it): the hosts, GPUs (names, memory), torch
+and its CUDA, the driver's CUDA, CUDA working (a real allocation and product), the
+generation backend importable (vLLM: its model config for the base model, no weights),
+DeepSpeed's compiled ops built in the node's folder, a collective across every rank
+(NCCL on GPUs, else gloo), threads per rank, free disk where results and checkpoints
+go, the base model present offline, an endpoint answering ``GET /v1/models``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spag.errors import SpagInputError
+
+OK, FAIL, INFO = "ok", "FAIL", "info"
+# Report columns, in the printed table's order.
+TABLE_COLUMNS = ("family", "host", "check", "status", "detail")
+
+
+@dataclass
+class Row:
+    check: str
+    status: str
+    detail: str
+    host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
+
+
+@dataclass
+class FamilyPlan:
+    """What one family's preflight job checks (the rule passes it as flags)."""
+
+    family: str
+    resources: str = ""  # the config's resources.<key> (default: family)
+    device: str = "cpu"
+    backend: str | None = None  # hf | vllm: the family plays games locally
+    model: str | None = None  # the base model: "tiny", a packaged name, a folder or hub id
+    dtype: str = "auto"
+    max_length: int | None = None
+    deepspeed: list[str] = field(default_factory=list)
+    endpoints: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    threads: int | None = None  # expected threads per rank
+    lm_eval: bool = False
+    offline: bool = True
+
+    def __post_init__(self) -> None:
+        self.resources = self.resources or self.family
+
+
+# ---------------------------------------------------------------- checks
+def _torch_rows(plan: FamilyPlan) -> list[Row]:
+    from spag.device import driver_cuda_version
+
+    driver = driver_cuda_version()
+    if importlib.util.find_spec("torch") is None:
+        if plan.device == "cuda":
+            return [Row("torch", FAIL, "torch is not installed in this job's environment")]
+        return [Row("torch", INFO, f"not installed (not needed); driver CUDA {driver or 'none'}")]
+    import torch
+
+    rows = [
+        Row(
+            "torch",
+            INFO,
+            f"torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none (CPU build)'}"
+            f"; driver CUDA {driver or 'none (no NVIDIA driver)'}; Python "
+            f"{sys.version.split()[0]}",
+        )
+    ]
+    if plan.device != "cuda":
+        return rows
+    from spag.device import cuda_devices, cuda_problem
+
+    problem = cuda_problem()
+    if problem:
+        rows.append(
+            Row(
+                "cuda",
+                FAIL,
+                f"{problem}. Fix: a torch built for the driver's CUDA (or a newer driver), "
+                f"or resources.{plan.resources}.gpus: 0",
+            )
+        )
+    else:
+        gpus = ", ".join(f"{d['name']} ({d['memory_gib']} GiB)" for d in cuda_devices())
+        rows.append(Row("cuda", OK, f"allocation and matmul work; GPUs: {gpus}"))
+    return rows
+
+
+def _threads_row(plan: FamilyPlan) -> Row:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    omp = os.environ.get("OMP_NUM_THREADS")
+    torch_threads = None
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch_threads = torch.get_num_threads()
+    detail = (
+        f"CPUs usable: {cpus}; OMP_NUM_THREADS={omp or '<unset>'}; torch threads {torch_threads}"
+    )
+    if plan.threads is None:
+        return Row("threads", INFO, detail)
+    got = int(omp) if omp else torch_threads
+    if got != plan.threads or (cpus or 0) < plan.threads:
+        return Row(
+            "threads",
+            FAIL,
+            f"{detail}; expected {plan.threads} per rank (resources.{plan.resources}.cpus / ranks "
+            "per node): check the launch prefix and the job's --cpus-per-task",
+        )
+    return Row("threads", OK, detail + f" (= resources.{plan.resources}.cpus / ranks)")
+
+
+def _disk_rows(plan: FamilyPlan) -> list[Row]:
+    rows = []
+    for path in plan.paths:
+        p = Path(path)
+        probe = p
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        usage = shutil.disk_usage(probe)
+        free = usage.free / 1024**3
+        writable = os.access(probe, os.W_OK)
+        detail = f"{path}: {free:.1f} GiB free of {usage.total / 1024**3:.0f} GiB"
+        if not writable:
+            rows.append(Row("disk", FAIL, f"{detail}; not writable by this job"))
+        elif free < 1.0:
+            rows.append(Row("disk", FAIL, f"{detail}: under 1 GiB, free some space"))
+        else:
+            rows.append(Row("disk", OK, detail))
+    return rows
+
+
+def _model_row(plan: FamilyPlan) -> Row | None:
+    name = plan.model
+    if not name:
+        return None
+    from spag.models.base_model import PACKAGED_MODELS, packaged_model_file
+
+    if name == "tiny":
+        return Row("base model", OK, "the embedded tiny model (built by the run)")
+    if name in PACKAGED_MODELS:
+        try:
+            path, _ = packaged_model_file(name)
+        except SpagInputError as exc:
+            return Row("base model", FAIL, str(exc))
+        return Row("base model", OK, f"{name}: {path}")
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        if (folder / "config.json").is_file():
+            return Row("base model", OK, f"local folder {folder}")
+        return Row("base model", FAIL, f"{folder} has no config.json (base_model.name_or_path)")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception as exc:  # noqa: BLE001 - a malformed id is reported, not raised
+        return Row("base model", FAIL, f"base_model.name_or_path {name!r}: {exc}")
+    if isinstance(cached, str):
+        return Row("base model", OK, f"{name} in the Hugging Face cache ({Path(cached).parent})")
+    if plan.offline:
+        return Row(
+            "base model",
+            FAIL,
+            f"{name} is not in the Hugging Face cache and the run is offline: download it "
+            "on a node with network (huggingface-cli download), or set offline: false",
+        )
+    return Row("base model", INFO, f"{name} not cached; the base-model job downloads it")
+
+
+def _local_model_dir(plan: FamilyPlan) -> str | None:
+    """A folder (or cached hub id) whose config.json describes the base model, if any."""
+    if not plan.model or plan.model == "tiny":
+        return None
+    from spag.models.base_model import PACKAGED_MODELS
+
+    if plan.model in PACKAGED_MODELS:
+        return None
+    return plan.model
+
+
+def _backend_rows(plan: FamilyPlan) -> list[Row]:
+    if plan.backend is None:
+        return []
+    if plan.backend == "hf":
+        missing = [m for m in ("torch", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            return [
+                Row(
+                    "backend hf",
+                    FAIL,
+                    f"{', '.join(missing)} not installed in this job's environment (envs/train.yaml)",
+                )
+            ]
+        import transformers
+
+        return [Row("backend hf", OK, f"transformers {transformers.__version__}")]
+    # vLLM: import, then its model config for the base model (architecture, dtype,
+    # context length) without a device or weights.
+    try:
+        import vllm
+    except Exception as exc:  # noqa: BLE001
+        return [
+            Row(
+                "backend vllm",
+                FAIL,
+                f"cannot import vllm ({type(exc).__name__}: {exc}): selfplay.backend is vllm; "
+                "run with --software-deployment-method conda (envs/vllm.yaml) or set "
+                "selfplay.backend: hf",
+            )
+        ]
+    rows = [Row("backend vllm", OK, f"vllm {vllm.__version__} imported")]
+    model = _local_model_dir(plan)
+    if model is None:
+        rows.append(Row("vllm model config", INFO, "the base model is built by the run"))
+        return rows
+    try:
+        from vllm.config import ModelConfig
+
+        opts: dict[str, Any] = {"model": model, "dtype": plan.dtype}
+        if plan.max_length:
+            opts["max_model_len"] = plan.max_length
+        ModelConfig(**opts)
+    except Exception as exc:  # noqa: BLE001
+        rows.append(
+            Row(
+                "vllm model config",
+                FAIL,
+                f"vLLM refuses {model} ({type(exc).__name__}: {exc}); check selfplay.dtype, "
+                "selfplay.max_length, or use selfplay.backend: hf",
+            )
+        )
+    else:
+        rows.append(Row("vllm model config", OK, f"{model}: architecture, dtype, context length"))
+    return rows
+
+
+def _deepspeed_rows(plan: FamilyPlan) -> list[Row]:
+    if not plan.deepspeed:
+        return []
+    if importlib.util.find_spec("deepspeed") is None:
+        return [Row("deepspeed", FAIL, "deepspeed is not installed (envs/train.yaml)")]
+    from spag.training.distributed import resolve_deepspeed
+    from spag.training.extensions import build_ops, needed_ops
+
+    if plan.device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    rows = []
+    for name in plan.deepspeed:
+        try:
+            ops = needed_ops(resolve_deepspeed(name))
+            built = build_ops(ops, setting=f"deepspeed: {name}")
+        except SpagInputError as exc:
+            rows.append(Row("deepspeed ops", FAIL, str(exc)))
+            continue
+        if not ops:
+            rows.append(Row("deepspeed ops", OK, f"{name}: no compiled op needed"))
+        else:
+            where = "; ".join(f"{k} in {v}" for k, v in built.items())
+            rows.append(Row("deepspeed ops", OK, f"{name}: {where}"))
+    return rows
+
+
+def _collective_rows(plan: FamilyPlan) -> list[Row]:
+    """An all-reduce over every rank of the launch (NCCL on GPUs, else gloo)."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    rows = []
+    backends = ["gloo"]
+    if plan.device == "cuda":
+        backends.append("nccl")
+    from spag.training.distributed import ensure_distributed_env
+
+    ensure_distributed_env()
+    dist.init_process_group("gloo")
+    for backend in backends:
+        name = f"all-reduce {backend}"
+        if backend == "nccl":
+            from spag.device import cuda_problem
+
+            problem = cuda_problem()
+            if problem:
+                rows.append(Row(name, FAIL, f"not tried: {problem}"))
+                continue
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+            group, t = dist.new_group(backend="nccl"), torch.ones(1, device="cuda")
+        else:
+            group, t = None, torch.ones(1)
+        try:
+            dist.all_reduce(t, group=group)
+        except Exception as exc:  # noqa: BLE001 - reported as the row's cause
+            rows.append(Row(name, FAIL, f"{type(exc).__name__}: {exc}"))
+            continue
+        got = int(t.item())
+        status = OK if got == world else FAIL
+        rows.append(Row(name, status, f"rank {rank}: sum {got} over {world} rank(s)"))
+    return rows
+
+
+def _endpoint_rows(plan: FamilyPlan) -> list[Row]:
+    from spag.generation.openai_backend import parse_spec
+
+    rows = []
+    for spec_text in plan.endpoints:
+        try:
+            spec = parse_spec(spec_text)
+        except SpagInputError as exc:
+            rows.append(Row("endpoint", FAIL, str(exc)))
+            continue
+        url = spec.base_url.rstrip("/") + "/models"
+        request = urllib.request.Request(url, method="GET")
+        key = os.environ.get(spec.key_env)
+        if key:
+            request.add_header("Authorization", f"Bearer {key}")
+        opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            with opener.open(request, timeout=min(spec.timeout, 20.0)) as reply:
+                body = json.loads(reply.read(1 << 20))
+            names = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
+        except urllib.error.HTTPError as exc:
+            rows.append(Row("endpoint", FAIL, f"{url}: HTTP {exc.code} (check {spec.key_env})"))
+            continue
+        except (OSError, ValueError, AttributeError) as exc:
+            rows.append(Row("endpoint", FAIL, f"{url}: {type(exc).__name__}: {exc}"))
+            continue
+        if spec.model not in names:
+            rows.append(
+                Row("endpoint", FAIL, f"{url} answers but serves {names}, not {spec.model!r}")
+            )
+        else:
+            rows.append(Row("endpoint", OK, f"{url} serves {spec.model}"))
+    return rows
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # A redirect would carry the key to another host: report it instead.
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl}", headers, fp)
+
+
+def _lm_eval_rows(plan: FamilyPlan) -> list[Row]:
+    if not plan.lm_eval:
+        return []
+    if importlib.util.find_spec("lm_eval") is None:
+        return [Row("lm-eval", FAIL, "lm-eval is not installed (envs/eval.yaml)")]
+    from importlib.metadata import version
+
+    return [Row("lm-eval", OK, f"lm-eval {version('lm_eval')}")]
+
+
+def run_checks(plan: FamilyPlan) -> list[Row]:
+    """Every check of ``plan`` in this process (one rank); never raises for a failed check."""
+    rows = _torch_rows(plan)
+    rows.append(_threads_row(plan))
+    rows += _disk_rows(plan)
+    model_row = _model_row(plan)
+    if model_row:
+        rows.append(model_row)
+    rows += _backend_rows(plan)
+    rows += _lm_eval_rows(plan)
+    rows += _deepspeed_rows(plan)
+    if plan.family == "train":
+        rows += _collective_rows(plan)
+    rows += _endpoint_rows(plan)
+    return rows
+
+
+def gather_rows(rows: list[Row]) -> list[Row] | None:
+    """Every rank's rows on rank 0 (None on the other ranks); this process's alone without
+    a process group."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return rows
+    world = dist.get_world_size()
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, [asdict(r) for r in rows])
+    rank = dist.get_rank()
+    dist.destroy_process_group()
+    if rank != 0:
+        return None
+    return [Row(**r) for part in everyone for r in part]
+
+
+def write_report(plan: FamilyPlan, rows: list[Row], output: str | os.PathLike) -> None:
+    from spag.data.tables import atomic_path
+
+    report = {
+        "family": plan.family,
+        "plan": asdict(plan),
+        "ok": all(r.status != FAIL for r in rows),
+        "rows": [asdict(r) for r in rows],
+    }
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(json.dumps(report, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- report
+def read_report(path: str | os.PathLike) -> dict[str, Any]:
+    try:
+        report = json.loads(Path(path).read_text())
+        rows = report["rows"]
+        family = report["family"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpagInputError(f"{path}: not a preflight report ({exc})") from exc
+    return {"family": family, "rows": rows}
+
+
+def format_table(reports: list[dict[str, Any]]) -> str:
+    """One fixed-width table of every family's rows."""
+    lines = [list(TABLE_COLUMNS)]
+    for report in reports:
+        for row in report["rows"]:
+            lines.append(
+                [report["family"], row["host"], row["check"], row["status"], row["detail"]]
+            )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(TABLE_COLUMNS) - 1)]
+    out = []
+    for line in lines:
+        cells = [c.ljust(w) for c, w in zip(line[:-1], widths, strict=True)]
+        out.append("  ".join([*cells, line[-1]]).rstrip())
+    return "\n".join(out)
+
+
+def collect(inputs: list[str], output_dir: str | os.PathLike) -> tuple[str, int]:
+    """Move each family's report into ``output_dir/<family>.json``, write ``table.tsv``;
+    return the printed table and the number of failed rows.
+
+    The reports are moved, not copied: the next ``snakemake preflight`` finds none and
+    checks again.
+    """
+    import csv
+
+    from spag.data.tables import atomic_path
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for path in inputs:
+        report = read_report(path)
+        reports.append(report)
+        os.replace(path, out / f"{report['family']}.json")
+    with atomic_path(out / "table.tsv") as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        writer.writerow(TABLE_COLUMNS)
+        for report in reports:
+            for row in report["rows"]:
+                writer.writerow([report["family"], *(row[c] for c in TABLE_COLUMNS[1:])])
+    failed = sum(row["status"] == FAIL for r in reports for row in r["rows"])
+    with contextlib.suppress(OSError):
+        (out / ".work").rmdir()
+    return format_table(reports), failed
