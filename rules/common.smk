@@ -6,7 +6,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from spag.config import check_run_inputs, validate_config
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
+from spag.config import check_backend_available, check_run_inputs, validate_config
 from spag.training.settings import stage_arguments
 from spag.cluster import family_resources, torchrun_prefix
 from spag.device import family_device
@@ -14,6 +16,14 @@ from spag.data.words import read_word_list
 from spag.game.teacher import teacher_plan, uses_teacher
 
 validate_config(config, source="config")
+if not workflow.remote_exec:
+    check_backend_available(
+        config,
+        env_per_rule=bool(
+            {DeploymentMethod.CONDA, DeploymentMethod.APPTAINER}
+            & set(workflow.deployment_settings.deployment_method)
+        ),
+    )
 
 if config["offline"]:
     # The embedded default never waits on the hub; jobs inherit this.
@@ -362,10 +372,20 @@ def engine_args(family):
     return options
 
 
+def vllm_memory(model, opponent=None):
+    # vLLM engines' shares of the GPU's total memory (no flag for other backends).
+    if config["selfplay"]["backend"] != "vllm":
+        return {}
+    return dict(
+        gpu_memory_utilization=model, opponent_gpu_memory_utilization=opponent
+    )
+
+
 def play_args():
     s = config["selfplay"]
     return cli_args(
         **engine_args("selfplay"),
+        **vllm_memory(s["gpu_memory_utilization"]),
         max_new_tokens=s["max_new_tokens"],
         temperature=s["temperature"],
         top_k=s["top_k"],
@@ -378,18 +398,21 @@ def eval_play_args():
     e = config["evaluation"]
     return cli_args(
         **engine_args("evaluate"),
+        **vllm_memory(e["gpu_memory_utilization"], e["opponent_gpu_memory_utilization"]),
         max_new_tokens=e["max_new_tokens"],
         batch_size=e["batch_size"],
         greedy=True,
     )
 
 
-def score_args(max_length):
+def score_args(stage):
+    """`spag score-ref` flags for the samples of a training stage (its length and path)."""
     s = config["scoring"]
     return cli_args(
         batch_size=s["batch_size"],
         dtype=s["dtype"],
-        max_length=max_length,
+        max_length=config[stage]["max_length"],
+        no_padding_free=not config[stage]["padding_free"],
         prompt_format=config["game"]["prompt_format"],
         trust_remote_code=config["base_model"]["trust_remote_code"],
         device=family_device(config, "score"),

@@ -89,7 +89,7 @@ rule score_imitation:
     resources:
         **job_resources("score"),
     params:
-        args=score_args(config["imitation"]["max_length"]),
+        args=score_args("imitation"),
     shell:
         "spag score-ref --model {input.model:q} --samples {input.samples:q}"
         " --output {output:q} {params.args} > {log:q} 2>&1"

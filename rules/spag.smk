@@ -41,7 +41,7 @@ rule score_ref:
     resources:
         **job_resources("score"),
     params:
-        args=score_args(config["spag"]["max_length"]),
+        args=score_args("spag"),
     shell:
         "spag score-ref --model {input.model:q} --samples {input.samples:q}"
         " --output {output:q} {params.args} > {log:q} 2>&1"

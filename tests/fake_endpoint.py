@@ -20,12 +20,28 @@ class FakeEndpoint:
         self.headers: list[dict] = []
         self.fail_first = 0  # answer HTTP 503 to this many requests first
         self.status = 200
+        self.model = "judge-7b"  # listed by GET /v1/models
         self.lock = threading.Lock()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # keep the test output clean
                 pass
+
+            def do_GET(self):
+                # GET /v1/models: the served model, as vLLM and llama.cpp list it
+                if not self.path.rstrip("/").endswith("/models"):
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                with owner.lock:
+                    owner.headers.append(dict(self.headers))
+                data = json.dumps({"object": "list", "data": [{"id": owner.model}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

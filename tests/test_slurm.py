@@ -75,6 +75,8 @@ def write_test_profile(dest: Path) -> Path:
     profile = yaml.safe_load(CLUSTER_PROFILE.read_text())
     profile["default-resources"]["slurm_partition"] = default_partition()
     profile["default-resources"].pop("slurm_account", None)
+    # no conda on the test cluster: jobs run the spag beside this Python
+    profile.pop("software-deployment-method", None)
     profile.update(
         {
             # without slurmdbd, sacct never reports a job finished: squeue does,
@@ -350,6 +352,8 @@ def test_profile_settings():
     assert profile["latency-wait"] >= 5
     triggers = set(profile["rerun-triggers"])
     assert "code" not in triggers  # a reformatted rule must not rerun GPU jobs
+    # the documented command has its backend: every rule in its envs/*.yaml env
+    assert profile["software-deployment-method"] == "conda"
     assert {"mtime", "input", "params"} <= triggers
     defaults = profile["default-resources"]
     assert defaults["slurm_partition"] and defaults["runtime"] > 0 and defaults["mem_mb"] > 0

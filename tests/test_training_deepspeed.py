@@ -1,9 +1,11 @@
-"""Real ZeRO-3 training with two ranks on CPU (``torchrun --nproc_per_node 2``)."""
+"""Real ZeRO-3 training on CPU: the paper's ``zero3_offload`` (CPU Adam, built in the node's
+extension folder; parameters offloaded) with one and two ranks, and bf16 side columns."""
 
 from __future__ import annotations
 
 import csv
 import os
+import re
 import shutil
 import subprocess
 
@@ -15,6 +17,39 @@ from spag.training.scoring import score_file
 pytestmark = pytest.mark.deepspeed
 
 
+def _train_cmd(model, scored, out, *extra: str) -> list[str]:
+    return [
+        "spag", "train", "--method", "offline_po",
+        "--model", str(model), "--samples", str(scored),
+        "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
+        "--loss-log", str(out / "loss.tsv"), "--max-length", "96",
+        "--per-device-batch-size", "2", "--gradient-accumulation-steps", "2",
+        "--learning-rate", "1e-3", "--save-steps", "1", *extra,
+    ]  # fmt: skip
+
+
+def test_zero3_offload_one_rank(tiny_model_dir, tmp_path):
+    """The paper's config on one rank: CPU Adam and offloaded parameters; step 0's ratio
+    is 1 (scored and trained on the same packed attention path)."""
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(8, seed=3))
+    scored = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored, batch_size=4, max_length=96)
+    out = tmp_path / "run"
+    cmd = _train_cmd(
+        tiny_model_dir, scored, out, "--deepspeed", "zero3_offload", "--max-steps", "1",
+        "--device", "cpu",
+    )  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "1 rank(s)" in proc.stderr
+    # CPU Adam built (or loaded) in the node's own extension folder before the engine
+    assert re.search(r"DeepSpeed op CPUAdamBuilder ready: .*/spag/torch_extensions/", proc.stderr)
+    with (out / "loss.tsv").open() as fh:
+        (row,) = list(csv.DictReader(fh, delimiter="\t"))
+    assert abs(float(row["ratio_min"]) - 1.0) <= 1e-6 and abs(float(row["ratio_max"]) - 1.0) <= 1e-6
+
+
 def test_zero3_two_ranks_on_cpu(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -24,19 +59,15 @@ def test_zero3_two_ranks_on_cpu(tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     cmd = [
         shutil.which("torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python",
-        "spag", "train", "--method", "offline_po", "--deepspeed", "zero3",
-        "--model", str(tiny_model_dir), "--samples", str(scored),
-        "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
-        "--loss-log", str(out / "loss.tsv"), "--max-length", "96",
-        "--per-device-batch-size", "2", "--gradient-accumulation-steps", "2",
-        "--learning-rate", "1e-3", "--max-steps", "2", "--save-steps", "1",
-        "--keep-checkpoints",
+        *_train_cmd(tiny_model_dir, scored, out, "--deepspeed", "zero3_offload",
+                    "--max-steps", "2", "--keep-checkpoints"),
     ]  # fmt: skip
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     # The first DeepSpeed run on a machine compiles its CPU communication op (cached after).
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "2 rank(s)" in proc.stderr
+    assert proc.stderr.count("DeepSpeed op CPUAdamBuilder ready") == 2  # each rank loads it
     with (out / "loss.tsv").open() as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     assert [int(r["step"]) for r in rows] == [1, 2]

@@ -162,3 +162,51 @@ def test_trimmed_logits_give_the_same_logprobs(tiny_model_dir):
         full = model_sequence_logprobs(model, *args, trim_logits=False)
         trimmed = model_sequence_logprobs(model, *args, trim_logits=True)
     assert torch.allclose(full, trimmed, atol=1e-5)
+
+
+def test_side_columns_stay_float32_under_a_bf16_engine(tiny_model_dir, tmp_path):
+    """Under DeepSpeed the Trainer casts every floating input to the engine's dtype (bf16
+    on GPUs). reward, weight and ref_logprob must reach the loss in float32: scored in
+    bf16 on training's path, the step-0 ratio is then exactly 1 (with the cast, not)."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+
+    from spag.data.tables import read_parquet
+    from spag.training.collate import build_features
+    from spag.training.packing import PackedCollator, use_packed_attention
+    from spag.training.trainer import SpagTrainer
+
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(8, seed=7))
+    scored = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored, batch_size=8, max_length=MAX_LENGTH,
+               dtype="bfloat16")  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    use_packed_attention(model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    features, _ = build_features(read_parquet(scored), tokenizer, MAX_LENGTH, scored, with_ref=True)
+    args = TrainingArguments(output_dir=str(tmp_path / "o"), use_cpu=True, report_to="none")
+    trainer = SpagTrainer(model=model, args=args, method="offline_po", kl_coeff=0.2)
+    # The Trainer's own cast, as under a bf16 DeepSpeed engine.
+    trainer.is_deepspeed_enabled = True
+    plugin = SimpleNamespace(hf_ds_config=SimpleNamespace(dtype=lambda: torch.bfloat16))
+    trainer.accelerator = SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin))
+    batch = PackedCollator()(features)
+
+    inputs = trainer._prepare_inputs(batch)
+    for key in ("reward", "weight", "ref_logprob"):
+        assert inputs[key].dtype == torch.float32, key
+    model.eval()
+    with torch.no_grad():
+        trainer.compute_loss(model, inputs)
+    assert trainer._stats["ratio_min"].item() == 1.0
+    assert trainer._stats["ratio_max"].item() == 1.0
+
+    # What the Trainer alone does: ref_logprob rounded to bf16, the ratio is off.
+    trainer._reset_stats()
+    cast = Trainer._prepare_inputs(trainer, batch)
+    assert cast["ref_logprob"].dtype == torch.bfloat16
+    with torch.no_grad():
+        trainer.compute_loss(model, cast)
+    assert trainer._stats["ratio_max"].item() - trainer._stats["ratio_min"].item() > 1e-4

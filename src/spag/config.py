@@ -67,6 +67,16 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     for stage, method in STAGE_METHOD.items():
         for key, value in METHOD_DEFAULTS[method].items():
             config[stage].setdefault(key, value)
+    ev = config["evaluation"]
+    shared = ev["gpu_memory_utilization"] + ev["opponent_gpu_memory_utilization"]
+    if config["selfplay"]["backend"] == "vllm" and shared > 0.95:
+        # vLLM sizes each engine as a share of the GPU's total memory; the second engine
+        # starts only if its share is still free (plus each engine's CUDA context).
+        raise SpagInputError(
+            f"{source}: keys 'evaluation.gpu_memory_utilization' + "
+            f"'evaluation.opponent_gpu_memory_utilization' = {shared:g}: two vLLM engines "
+            "share one GPU in evaluation games, keep the sum at most 0.95"
+        )
     return config
 
 
@@ -107,4 +117,24 @@ def check_run_inputs(config: dict[str, Any]) -> None:
         raise SpagInputError(
             f"key 'game.prompt_format' is 'chat', but the tokenizer of {where} has no chat "
             "template; use prompt_format 'raw'"
+        )
+
+
+def check_backend_available(config: dict[str, Any], env_per_rule: bool) -> None:
+    """Refuse, before any job, a generation backend that the jobs could not import.
+
+    Without a software deployment method (``--sdm conda``) every job runs the ``spag``
+    beside Snakemake; ``selfplay.backend: vllm`` would then fail in every shard, each
+    retried. With one, the play rules run in envs/vllm.yaml.
+    """
+    import importlib.util
+
+    if env_per_rule or config["selfplay"]["backend"] != "vllm":
+        return
+    if importlib.util.find_spec("vllm") is None:
+        raise SpagInputError(
+            "key 'selfplay.backend' is 'vllm', but vllm is not installed beside this "
+            "Snakemake and the jobs run in its environment: run with "
+            "--software-deployment-method conda (the SLURM profile sets it; the play rules "
+            "then use envs/vllm.yaml), install vllm here, or set selfplay.backend: hf"
         )

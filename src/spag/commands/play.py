@@ -113,8 +113,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--gpu-memory-utilization",
         type=float,
         default=0.9,
-        help="vllm: share of GPU memory (default 0.9, split between the two "
-        "models with --opponent)",
+        help="vllm: share of the GPU's total memory for the model's engine (default 0.9; "
+        "with a local --opponent and no --opponent-gpu-memory-utilization, half each)",
+    )
+    p.add_argument(
+        "--opponent-gpu-memory-utilization",
+        type=float,
+        default=None,
+        help="vllm: share of the GPU's total memory for the opponent's engine",
     )
     p.add_argument(
         "--dtype",
@@ -260,7 +266,13 @@ def run(args: argparse.Namespace) -> int:
         local_engines = (not model_endpoint) + bool(args.opponent and not endpoint)
         # Before a model is loaded: a GPU job without working CUDA stops here.
         device = select_device(args.device, "spag play") if local_engines else None
-        share = args.gpu_memory_utilization / max(local_engines, 1)
+        if args.opponent_gpu_memory_utilization is None:
+            share = opponent_share = args.gpu_memory_utilization / max(local_engines, 1)
+        else:
+            share, opponent_share = (
+                args.gpu_memory_utilization,
+                args.opponent_gpu_memory_utilization,
+            )
         # What each backend takes; load_backend refuses anything else.
         opts = dict(
             batch_size=args.batch_size,
@@ -295,6 +307,8 @@ def run(args: argparse.Namespace) -> int:
             same = (
                 not model_endpoint and Path(args.opponent).resolve() == Path(args.model).resolve()
             )
+            if args.backend == "vllm":
+                opts["gpu_memory_utilization"] = opponent_share
             backends[OPPONENT] = (
                 backends[POLICY] if same else load_backend(args.backend, args.opponent, **opts)
             )

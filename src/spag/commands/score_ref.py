@@ -20,6 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--trust-remote-code", action="store_true")
     p.add_argument(
+        "--padding-free",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="score packed rows, attention per sample: training's path with padding_free "
+        "(the same value as training's; default on)",
+    )
+    p.add_argument(
         "--device",
         choices=DEVICES,
         default="auto",
@@ -40,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         prompt_format=args.prompt_format,
         device=args.device,
+        padding_free=args.padding_free,
     )
     return 0

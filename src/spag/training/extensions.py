@@ -141,4 +141,5 @@ def build_ops(names: list[str], setting: str = "deepspeed") -> dict[str, str]:
                     f"{setting}: building DeepSpeed's {name} in {root} failed: {exc}"
                 ) from exc
             built[name] = str(getattr(module, "__file__", root / builder.name))
+            log.info("DeepSpeed op %s ready: %s", name, built[name])
     return built

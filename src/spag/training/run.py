@@ -114,7 +114,7 @@ def train(cfg: TrainConfig) -> Path:
     from spag.training.scoring import check_reference, model_identity
 
     table = check_sample_table(read_parquet(cfg.samples, "samples"), cfg.samples, need_ref=True)
-    check_reference(table, cfg.samples, ref_dir, cfg.max_length, cfg.prompt_format)
+    ref_meta = check_reference(table, cfg.samples, ref_dir, cfg.max_length, cfg.prompt_format)
 
     # The arguments come before the model: with ZeRO-3 they make from_pretrained
     # partition the weights as they load.
@@ -151,6 +151,16 @@ def train(cfg: TrainConfig) -> Path:
         padding_free = False
     if padding_free:
         use_packed_attention(model)
+    scored_packed = ref_meta.get("padding_free", "false") == "true"
+    if scored_packed != padding_free:
+        # Another attention path than scoring's: the step-0 ratio is 1 only up to the
+        # difference of the two kernels, not up to the dtype's rounding.
+        log.warning(
+            "%s was scored %s, training runs %s: score it with the same padding_free",
+            cfg.samples,
+            "packed" if scored_packed else "padded",
+            "packed" if padding_free else "padded",
+        )
     features, _report = build_features(
         table,
         tokenizer,

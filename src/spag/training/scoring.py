@@ -28,6 +28,9 @@ META_PATH = b"spag.ref_model_path"
 META_MAX_LENGTH = b"spag.ref_max_length"
 META_PROMPT_FORMAT = b"spag.ref_prompt_format"
 META_DTYPE = b"spag.ref_dtype"
+# "true" where the samples were scored as packed rows (attention per sample), the path
+# of padding-free training.
+META_PACKED = b"spag.ref_padding_free"
 
 # Files that decide what a model computes on a given text (weights are covered by
 # their safetensors headers and sizes: hashing every weight byte would be slow).
@@ -142,17 +145,22 @@ def model_sequence_logprobs(model, input_ids, attention_mask, labels, trim_logit
 
 
 def score_features(
-    model, features: list[dict], pad_id: int, batch_size: int, device
+    model, features: list[dict], pad_id: int, batch_size: int, device, packed: bool = False
 ) -> list[float]:
     """Sequence log-prob of every feature under ``model``, in the order of ``features``.
 
-    Batches are formed from samples sorted by length, so padding is small.
+    Batches are formed from samples sorted by length, so padding is small. With
+    ``packed`` a batch is one packed row with attention per sample, the path training
+    takes with ``padding_free`` (``model`` must use :func:`spag.training.packing.use_packed_attention`):
+    each sample then meets the same attention kernel in scoring and in training, so the
+    step-0 ratio is 1 up to the dtype's rounding.
     """
     import torch
 
     from spag.training.collate import SampleCollator
+    from spag.training.packing import PackedCollator, packed_sequence_logprobs
 
-    collate = SampleCollator(pad_id)
+    collate = PackedCollator() if packed else SampleCollator(pad_id)
     order = sorted(range(len(features)), key=lambda i: -len(features[i]["input_ids"]))
     out = [0.0] * len(features)
     model.eval()
@@ -160,12 +168,18 @@ def score_features(
         for start in range(0, len(order), batch_size):
             idx = order[start : start + batch_size]
             batch = collate([features[i] for i in idx])
-            lp = model_sequence_logprobs(
-                model,
-                batch["input_ids"].to(device),
-                batch["attention_mask"].to(device),
-                batch["labels"].to(device),
-            ).tolist()
+            if packed:
+                on_device = {
+                    k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
+                }
+                lp = packed_sequence_logprobs(model, on_device).tolist()
+            else:
+                lp = model_sequence_logprobs(
+                    model,
+                    batch["input_ids"].to(device),
+                    batch["attention_mask"].to(device),
+                    batch["labels"].to(device),
+                ).tolist()
             for i, v in zip(idx, lp, strict=True):
                 out[i] = v
     return out
@@ -182,6 +196,7 @@ def score_file(
     trust_remote_code: bool = False,
     prompt_format: str = "raw",
     device: str = "auto",
+    padding_free: bool = True,
 ) -> pa.Table:
     """Add ``ref_logprob`` under ``model_dir`` to the sample table and write it atomically.
 
@@ -201,10 +216,16 @@ def score_file(
     identity = model_identity(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
     model.to(device)
+    if padding_free:
+        from spag.training.packing import use_packed_attention
+
+        use_packed_attention(model)
     features, report = build_features(
         table, tokenizer, max_length, samples, with_ref=False, prompt_format=prompt_format
     )
-    scores = score_features(model, features, pad_token_id(tokenizer), batch_size, device)
+    scores = score_features(
+        model, features, pad_token_id(tokenizer), batch_size, device, packed=padding_free
+    )
     column: list[float | None] = [None] * table.num_rows
     for f, s in zip(features, scores, strict=True):
         column[f["row"]] = s
@@ -219,6 +240,7 @@ def score_file(
             META_MAX_LENGTH: str(max_length).encode(),
             META_DTYPE: dtype.encode(),
             META_PROMPT_FORMAT: prompt_format.encode(),
+            META_PACKED: str(padding_free).lower().encode(),
         }
     )
     table = table.replace_schema_metadata(meta)
@@ -243,6 +265,7 @@ def reference_metadata(table: pa.Table) -> dict[str, str]:
         META_MAX_LENGTH: "max_length",
         META_DTYPE: "dtype",
         META_PROMPT_FORMAT: "prompt_format",
+        META_PACKED: "padding_free",
     }
     return {name: meta[k].decode() for k, name in keys.items() if k in meta}
 

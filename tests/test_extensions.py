@@ -1,0 +1,79 @@
+"""DeepSpeed's CPU Adam: built per node and CPU type, under a kernel lock that outlives no
+killed build, and refused with the setting's name when the tools are missing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from spag.errors import SpagInputError
+from spag.training.distributed import resolve_deepspeed
+from spag.training.extensions import (
+    CPU_ADAM,
+    build_ops,
+    build_tools_problem,
+    extensions_dir,
+    needed_ops,
+    use_node_extensions_dir,
+)
+
+pytest.importorskip("deepspeed")
+
+
+def test_the_folder_is_per_node_and_cpu_type(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = extensions_dir()
+    assert path.is_relative_to(tmp_path / "spag" / "torch_extensions")
+    node = path.parent.name
+    assert node.startswith(socket.gethostname().split(".")[0] + "-")
+    assert path.name.startswith(f"py{sys.version_info.major}{sys.version_info.minor}-torch")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert use_node_extensions_dir() == path and os.environ["TORCH_EXTENSIONS_DIR"] == str(path)
+    # a user's own folder wins
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "mine"))
+    assert use_node_extensions_dir() == tmp_path / "mine"
+
+
+def test_only_an_offloaded_optimizer_needs_cpu_adam():
+    assert needed_ops(resolve_deepspeed("zero3_offload")) == [CPU_ADAM]
+    assert needed_ops(resolve_deepspeed("zero3")) == []
+    assert needed_ops(None) == []
+
+
+def test_missing_tools_are_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no ninja, no compiler
+    assert "ninja is not installed" in build_tools_problem()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    with pytest.raises(SpagInputError, match=r"deepspeed: zero3_offload: CPUAdamBuilder must"):
+        build_ops([CPU_ADAM], setting="deepspeed: zero3_offload")
+
+
+def test_missing_compiler_is_named(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-c++")
+    assert "no C++ compiler 'no-such-c++'" in (build_tools_problem() or "")
+
+
+@pytest.mark.deepspeed
+def test_a_killed_builds_lock_does_not_block_the_next_job(tmp_path):
+    """torch's build lock is a plain file: a killed build leaves it and every later build
+    waits on it forever. Under the node lock it is known stale and removed."""
+    folder = extensions_dir() / "cpu_adam"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "lock").write_text("")
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "from spag.training.extensions import build_ops\n"
+        "print(build_ops(['CPUAdamBuilder'])['CPUAdamBuilder'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "left by a killed build" in proc.stderr
+    assert proc.stdout.strip().endswith("cpu_adam.so")
+    assert not (folder / "lock").exists()
