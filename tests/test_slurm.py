@@ -3,15 +3,18 @@
 The tests marked `slurm` need `sbatch` and `squeue` on PATH and a cluster with a
 default partition (CI starts a local one-node cluster with scripts/start-slurm.sh,
 fake GPUs included); the checks of the shipped profile itself run everywhere.
-The cluster tests check that jobs really went through sbatch, that GPU rules asked
-for GPUs and saw CUDA_VISIBLE_DEVICES, that a shard failing on purpose and a shard
-job cancelled with scancel let the other shards finish, and that the next run
-submits exactly those shards and what depends on them. Every Snakemake run is
-wrapped in `timeout -k`, so a hung status check cannot hang CI.
+The cluster tests check that jobs really went through sbatch, that a shard failing
+on purpose and a shard job cancelled with scancel let the other shards finish, and
+that the next run submits exactly those shards and what depends on them; with the
+paper's layout, that `preflight` submits each family's job as its real jobs (GPUs
+asked for and seen, training under torchrun with each rank's CPUs) and reports the
+GPU families as failing on this GPU-less node, and that the run's GPU jobs stop at once.
+Every Snakemake run is wrapped in `timeout -k`, so a hung status check cannot hang CI.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -34,7 +37,8 @@ TASK_ENV_LOG = Path(os.environ.get("SPAG_SLURM_TASK_ENV_LOG", "/var/log/slurm/ta
 RUN_TIMEOUT = int(os.environ.get("SPAG_SLURM_RUN_TIMEOUT", "600"))
 
 # The tiny pipeline, smaller still: 1 epoch, 3 shards, few words, short replies, a
-# couple of optimiser steps. Self-play asks for one (fake) GPU per shard.
+# couple of optimiser steps. Every family on the CPU: a job asking for the (fake) GPUs
+# of this cluster stops at once without CUDA (the paper layout below shows that).
 OVERLAY = {
     "epochs": 1,
     "words": {"num_train": 8, "num_test": 4},
@@ -43,7 +47,7 @@ OVERLAY = {
     "spag": {"max_steps": 2},
     "evaluation": {"max_new_tokens": 8},
     "resources": {
-        "selfplay": {"gpus": 1, "cpus": 1, "mem_mb": 2500, "runtime": 10},
+        "selfplay": {"gpus": 0, "cpus": 1, "mem_mb": 2500, "runtime": 10},
         "train": {"gpus": 0, "nodes": 1, "cpus": 1, "mem_mb": 3000, "runtime": 10},
         "score": {"gpus": 0, "cpus": 1, "mem_mb": 2500, "runtime": 10},
         "evaluate": {"gpus": 0, "cpus": 1, "mem_mb": 2500, "runtime": 10},
@@ -293,9 +297,6 @@ def task_env(slurm_ids: set[str]) -> dict[str, list[str]]:
     return seen
 
 
-GPU_RULES = {"selfplay"}
-
-
 # ---------------------------------------------------------------- fixtures
 FAILING, CANCELLED = 1, 2  # shard 0 runs normally
 
@@ -411,33 +412,6 @@ def test_jobs_went_through_sbatch(faulty_run, plan, workdir):
 
 
 @pytest.mark.slurm
-def test_gpu_rules_asked_for_gpus_and_saw_them(faulty_run):
-    run, cancelled = faulty_run
-    gpu_jobs = [j for j in run.submitted if j.rule in GPU_RULES]
-    cpu_jobs = [j for j in run.submitted if j.rule not in GPU_RULES]
-    assert len(gpu_jobs) == OVERLAY["selfplay"]["num_shards"]
-    assert cpu_jobs
-    for job in run.submitted:
-        # the job's GPU request (TRES lists gres/gpu only where accounting tracks it)
-        asked = scontrol_job(job.slurm_id).get("TresPerJob", "")
-        if job.rule in GPU_RULES:
-            assert asked in ("gres:gpu:1", "gres/gpu:1", "gres/gpu=1"), (job, asked)
-        else:
-            assert "gpu" not in asked, (job, asked)
-    seen = task_env({j.slurm_id for j in run.submitted})
-    if not seen:
-        pytest.skip(f"no task prolog record in {TASK_ENV_LOG} (start-slurm.sh writes them)")
-    for job in gpu_jobs:
-        values = seen.get(job.slurm_id, [])
-        if cancelled is None or job.slurm_id != cancelled.slurm_id:  # may not have run a step
-            assert values, job
-        assert all(v not in ("", "unset") for v in values), (job, values)
-    for job in cpu_jobs:
-        assert seen.get(job.slurm_id), job
-        assert all(v in ("", "unset") for v in seen[job.slurm_id]), job
-
-
-@pytest.mark.slurm
 def test_failed_and_cancelled_shards_let_the_others_finish(faulty_run, workdir):
     run, cancelled = faulty_run
     assert cancelled is not None, "shard 2's job was never seen running, see run1.log"
@@ -485,7 +459,9 @@ def test_nothing_left_after_the_rerun(rerun, workdir, cluster):
 def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
     """The srun + torchrun prefix, rendezvous on the first node, in a real SLURM job.
 
-    One node here, so one torchrun: its two ranks meet through the c10d rendezvous.
+    One node here, so one torchrun: its two ranks meet through the c10d rendezvous. The
+    inner step asks for the node's CPUs and GPUs itself (the rule's environment has no
+    SLURM_* left), and each rank gets its share of the CPUs as OMP_NUM_THREADS.
     """
     from spag.cluster import srun_torchrun_prefix
 
@@ -495,15 +471,17 @@ def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
     # each rank writes its own file: lines of ranks sharing stdout may interleave
     probe = (
         f"{sys.executable} -c "
-        "\"import os; open('rank' + os.environ['RANK'], 'w').write(os.environ['WORLD_SIZE'])\""
+        "\"import os; e = os.environ; open('rank' + e['RANK'], 'w').write(' '.join("
+        "[e['WORLD_SIZE'], e.get('OMP_NUM_THREADS', '-'), e.get('SLURM_CPUS_PER_TASK', '-'),"
+        " e.get('CUDA_VISIBLE_DEVICES', '-')]))\""
     )
     script = tmp_path / "launch.sh"
     script.write_text(
         "#!/bin/bash\n"
         f'export PATH="{torchrun.parent}:$PATH"\n'
-        # as in a rule's environment: the job-step plugin strips the node list
-        "unset SLURM_JOB_NODELIST SLURM_NODELIST\n"
-        f"{srun_torchrun_prefix(2, 1)} {probe}\n"
+        # as in a rule's environment: the job-step plugin strips SLURM_* but the job id
+        "for v in $(env | grep -o '^SLURM_[A-Z_]*' | grep -vx SLURM_JOB_ID); do unset $v; done\n"
+        f"{srun_torchrun_prefix(2, 1, cpus=2)} {probe}\n"
     )
     out = tmp_path / "launch.out"
     sub = _run(
@@ -516,6 +494,7 @@ def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
             "1",
             "--cpus-per-task",
             "2",
+            "--gres=gpu:2",
             "--mem",
             "1000",
             "-t",
@@ -535,14 +514,21 @@ def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
         assert time.monotonic() < deadline, f"job {slurm_id} did not finish"
         time.sleep(0.5)
     assert squeue_state(slurm_id) == "COMPLETED", out.read_text()
-    ranks = {p.name: p.read_text() for p in tmp_path.glob("rank*")}
-    assert ranks == {"rank0": "2", "rank1": "2"}, out.read_text()
+    ranks = {p.name: p.read_text().split() for p in tmp_path.glob("rank*")}
+    assert set(ranks) == {"rank0", "rank1"}, out.read_text()
+    for words in ranks.values():
+        world, omp, cpus, gpus = words
+        assert world == "2"
+        assert omp == "1"  # 2 CPUs / 2 ranks
+        assert cpus == "2"  # the step's own --cpus-per-task, not inherited
+        assert gpus not in ("-", ""), words  # the step's --gres gave it the node's GPUs
 
 
 # ---------------------------------------------------------------- first contact
 # The paper's layout (configs/paper-llama2-7b.yaml: its 32 shards, job families and
-# settings) with the tiny model and sizes shrunk to a 2-CPU, 2-(fake-)GPU node: what
-# a user's first `snakemake --profile slurm` meets, from plan to finished epoch.
+# settings, ZeRO-3 offload included) with the tiny model and sizes shrunk to a 2-CPU,
+# 2-(fake-)GPU node: what a user's first `snakemake --profile slurm preflight` and
+# `snakemake --profile slurm spag_epoch1` meet on a node whose GPUs CUDA cannot use.
 PAPER_SHRINK = {
     "epochs": 1,
     "offline": True,
@@ -553,10 +539,8 @@ PAPER_SHRINK = {
     "selfplay": {"backend": "hf", "batch_size": 8, "max_new_tokens": 8, "max_length": 512,
                  "dtype": "float32", "tensor_parallel_size": None},
     "scoring": {"batch_size": 4, "dtype": "float32"},
-    "imitation": {"max_steps": 2, "max_length": 256, "bf16": False, "tf32": False,
-                  "deepspeed": None, "gradient_accumulation_steps": 1},
-    "spag": {"max_steps": 2, "max_length": 256, "bf16": False, "tf32": False,
-             "deepspeed": None, "gradient_accumulation_steps": 1},
+    "imitation": {"max_steps": 2, "max_length": 256, "gradient_accumulation_steps": 1},
+    "spag": {"max_steps": 2, "max_length": 256, "gradient_accumulation_steps": 1},
     "evaluation": {"max_new_tokens": 8, "batch_size": 8,
                    "reasoning": {"tasks": ["spag_tiny_reasoning"],
                                  "include_path": "data/lm_eval_tasks", "limit": 4}},
@@ -575,66 +559,108 @@ PAPER_SHRINK = {
                 "max_runtime": 40},
     },
 }  # fmt: skip
-PAPER_FAMILIES = {
+# preflight job -> the config's resources family its job is submitted with
+PREFLIGHT_UNITS = {
     "selfplay": "selfplay",
-    "train_imitation": "train",
-    "train_spag": "train",
-    "score_imitation": "score",
-    "score_ref": "score",
-    "eval_play": "evaluate",
-    "eval_reasoning": "evaluate",
-    "merge_episodes": "cpu",
-    "assign_rewards": "cpu",
+    "train": "train",
+    "score": "score",
+    "evaluate": "evaluate",
+    "reasoning": "evaluate",
+    "cpu": "cpu",
 }
 
 
-@pytest.fixture(scope="module")
-def paper_run(tmp_path_factory, cluster) -> tuple[Run, Run, dict, Path]:
+def _paper_workdir(root: Path) -> tuple[Path, dict]:
     paper = yaml.safe_load((REPO / "configs" / "paper-llama2-7b.yaml").read_text())
     config = deep_merge(paper, PAPER_SHRINK)
-    wd = tmp_path_factory.mktemp("slurm-paper") / "work"
+    wd = root / "work"
     make_workdir(wd)
     (wd / "overlay.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-    plan = dry_run(wd, cluster, "spag_epoch1")
-    # 32 shards on a node that runs two at a time: longer than the other runs.
-    run = run_snakemake(wd, cluster, "paper", "spag_epoch1", timeout=3 * RUN_TIMEOUT)
-    return plan, run, config, wd
+    return wd, config
+
+
+@pytest.fixture(scope="module")
+def paper_preflight(tmp_path_factory, cluster) -> tuple[Run, dict, Path, float]:
+    wd, config = _paper_workdir(tmp_path_factory.mktemp("slurm-preflight"))
+    started = time.monotonic()
+    run = run_snakemake(wd, cluster, "preflight", "preflight")
+    return run, config, wd, time.monotonic() - started
 
 
 @pytest.mark.slurm
-def test_first_contact_with_the_paper_layout(paper_run):
-    plan, run, config, workdir = paper_run
-    shards = config["selfplay"]["num_shards"]
-    assert shards == 32  # the paper's, kept
-    planned = {}
-    for job in plan.jobs.values():
-        planned[job.rule] = planned.get(job.rule, 0) + 1
-    assert planned["selfplay"] == shards
-    assert run.rc == 0, run.log[-4000:]
-    # every job of the plan went through sbatch and finished
-    assert run.keys("finished") == plan.keys("all") == run.keys("submitted")
-    resources = config["resources"]
-    for rule, family in PAPER_FAMILIES.items():
-        jobs = [j for j in run.submitted if j.rule == rule]
-        assert jobs, rule
-        want = resources[family]
-        for job in jobs[:2]:
-            got = scontrol_job(job.slurm_id)
-            where = (rule, job.slurm_id)
-            # one node, the family's CPUs, memory and time, its GPUs as one request
-            assert got["NumNodes"] == "1", (where, got["NumNodes"])
-            assert got["NumTasks"] == "1" and got["CPUs/Task"] == str(want["cpus"]), where
-            assert got["MinMemoryNode"] in (f"{want['mem_mb']}M", f"{want['mem_mb'] / 1024:g}G")
-            assert got["TimeLimit"] == f"00:{want['runtime']:02d}:00", where
-            gpus = want.get("gpus", 0)
-            asked = got.get("TresPerJob", "") + got.get("TresPerNode", "")
-            if gpus:
-                assert asked.endswith(f"gpu:{gpus}") or asked.endswith(f"gpu={gpus}"), where
-            else:
-                assert "gpu" not in asked, where
-            # no per-GPU task geometry (it would bind tasks to single GPUs)
-            assert got.get("NtasksPerTRES", "0") in ("0", "N/A"), where
-    # training ran as one process per GPU (torchrun; gloo on this GPU-less node)
-    for log in ("results/logs/imitation/train.log", "results/logs/epoch1/train.log"):
-        text = (workdir / log).read_text()
-        assert "2 rank(s)" in text, (log, text[-2000:])
+def test_preflight_on_the_paper_layout(paper_preflight):
+    """One job per family, submitted like the family's real jobs; the GPU rows fail and
+    say what to change, the CPU rows pass; training checks under its torchrun shape."""
+    run, config, workdir, seconds = paper_preflight
+    print(f"preflight of the paper layout through SLURM: {seconds:.0f} s")
+    assert run.rc != 0, run.log[-3000:]
+    assert "check(s) failed; each FAIL row says what to change" in run.log
+    jobs = {j.rule.removeprefix("preflight_"): j for j in run.submitted}
+    assert set(jobs) == set(PREFLIGHT_UNITS), run.log[-3000:]
+    assert all(j.finished for j in jobs.values())  # a failed check is a row, not a failed job
+    reports = {
+        p.stem: json.loads(p.read_text()) for p in (workdir / "results/preflight").glob("*.json")
+    }
+    assert set(reports) == set(PREFLIGHT_UNITS)
+    seen = task_env({j.slurm_id for j in jobs.values()})
+    for unit, family in PREFLIGHT_UNITS.items():
+        want = config["resources"][family]
+        got = scontrol_job(jobs[unit].slurm_id)
+        assert got["CPUs/Task"] == str(want["cpus"]), unit
+        asked = got.get("TresPerJob", "") + got.get("TresPerNode", "")
+        rows = {r["check"]: r for r in reports[unit]["rows"]}
+        if want.get("gpus"):
+            assert asked.endswith(f"gpu:{want['gpus']}") or asked.endswith(f"gpu={want['gpus']}"), (
+                unit
+            )
+            assert rows["cuda"]["status"] == "FAIL", unit
+            assert f"resources.{family}.gpus: 0" in rows["cuda"]["detail"]
+            if seen:  # the job's step saw the GPUs SLURM gave it
+                assert all(v not in ("", "unset") for v in seen[jobs[unit].slurm_id]), unit
+        else:
+            assert "gpu" not in asked, unit
+            assert reports[unit]["ok"], reports[unit]
+    train = reports["train"]["rows"]
+    threads = [r for r in train if r["check"] == "threads"]
+    # two ranks, each with the family's CPUs / ranks per node (torchrun alone would set 1)
+    assert len(threads) == 2 and all(r["status"] == "ok" for r in threads), threads
+    gloo = [r for r in train if r["check"] == "all-reduce gloo"]
+    assert [r["status"] for r in gloo] == ["ok", "ok"], gloo
+    ops = [r for r in train if r["check"] == "deepspeed ops"]
+    assert ops and all(r["status"] == "ok" for r in ops), ops  # CPU Adam for zero3_offload
+    assert (workdir / "results/preflight/table.tsv").exists()
+
+
+@pytest.fixture(scope="module")
+def paper_run(tmp_path_factory, cluster) -> tuple[Run, Path]:
+    wd, _ = _paper_workdir(tmp_path_factory.mktemp("slurm-paper"))
+    return run_snakemake(wd, cluster, "paper", "spag_epoch1"), wd
+
+
+@pytest.mark.slurm
+def test_first_contact_gpu_jobs_stop_at_once(paper_run):
+    """Each GPU job meets no working CUDA: it fails at its first line with the versions and
+    the setting to change, never running on the CPU; CPU jobs before it finish."""
+    run, workdir = paper_run
+    assert run.rc != 0
+    failed = [j for j in run.submitted if not j.finished]
+    assert failed, run.log[-3000:]
+    assert {j.rule for j in failed} <= {
+        "score_imitation",
+        "eval_play_baseline",
+        "eval_reasoning",
+        "selfplay",
+        "train_imitation",
+    }
+    assert {"target_words", "sft_data", "imitation_samples"} <= {
+        j.rule for j in run.submitted if j.finished
+    }
+    logs = list((workdir / "results" / "logs").rglob("*.log"))
+    refused = [p for p in logs if "asks for GPUs" in p.read_text(errors="replace")]
+    assert refused, [str(p) for p in logs]
+    for path in refused:
+        text = path.read_text()
+        assert "driver supports CUDA" in text and "Traceback" not in text, path
+    # nothing ran the 7B-shaped work on the CPU: no model, no shard
+    assert not (workdir / "results" / "imitation" / "model").exists()
+    assert not list((workdir / "results").glob("epoch1/selfplay/*.parquet"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from workflow_utils import job_counts, make_workdir, snakemake
 
@@ -212,3 +214,60 @@ def test_local_play_threads_are_the_rules(workdir):
     assert plays and "SLURM_CPUS_PER_TASK" not in res.stdout
     selfplay = [p for p in plays if "--opponent" not in p]
     assert selfplay and all("--threads 2 " in p for p in selfplay)
+
+
+STANDIN_CONDA = Path(__file__).resolve().parent / "conda_standin"
+
+
+def _rule_commands(output: str, rule: str) -> list[str]:
+    """The shell commands a dry run (-p) prints for ``rule``'s jobs."""
+    blocks = output.split("\nrule ")
+    return [
+        line.split(":", 1)[1].strip()
+        for block in blocks
+        if block.startswith(f"{rule}:")
+        for line in block.splitlines()
+        if line.startswith("Shell command:")
+    ]
+
+
+def test_vllm_backend_without_its_env_is_refused_before_any_job(workdir):
+    res = snakemake(workdir, "spag_epoch1", "-n", config={"selfplay": {"backend": "vllm"}})
+    out = res.stdout + res.stderr  # Snakemake prints a parse error on stdout
+    assert res.returncode != 0
+    assert "key 'selfplay.backend' is 'vllm'" in out
+    assert "--software-deployment-method conda" in out
+
+
+def test_vllm_engines_take_their_configured_memory(workdir):
+    """With the conda envs the vLLM plan is accepted; each engine's share of the GPU comes
+    from the config (self-play one engine; evaluation the model and the opponent)."""
+    import os
+
+    env = {"PATH": f"{STANDIN_CONDA}{os.pathsep}{os.environ['PATH']}"}
+    res = snakemake(
+        workdir, "spag_epoch1", "-n", "-p", "--sdm", "conda",
+        config={"selfplay": {"backend": "vllm", "gpu_memory_utilization": 0.8},
+                "evaluation": {"gpu_memory_utilization": 0.5,
+                               "opponent_gpu_memory_utilization": 0.3}},
+        env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    play = _rule_commands(res.stdout, "selfplay")[0]
+    assert "--backend vllm" in play and "--gpu-memory-utilization 0.8" in play
+    assert "--opponent-gpu-memory-utilization" not in play
+    (evaluation,) = _rule_commands(res.stdout, "eval_play")
+    assert "--gpu-memory-utilization 0.5 --opponent-gpu-memory-utilization 0.3" in evaluation
+    # the family's device: the embedded default asks for no GPU
+    assert "--device cpu" in play and "--device cpu" in evaluation
+
+
+def test_two_engines_beyond_one_gpu_are_refused(workdir):
+    res = snakemake(
+        workdir, "spag_epoch1", "-n",
+        config={"selfplay": {"backend": "vllm"},
+                "evaluation": {"gpu_memory_utilization": 0.6,
+                               "opponent_gpu_memory_utilization": 0.6}},
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "opponent_gpu_memory_utilization' = 1.2" in res.stdout + res.stderr
