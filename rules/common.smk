@@ -10,7 +10,7 @@ from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from spag.config import check_backend_available, check_run_inputs, validate_config
 from spag.training.settings import stage_arguments
-from spag.cluster import family_resources, torchrun_prefix
+from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
 from spag.data.words import read_word_list
 from spag.game.teacher import teacher_plan, uses_teacher
@@ -376,9 +376,7 @@ def vllm_memory(model, opponent=None):
     # vLLM engines' shares of the GPU's total memory (no flag for other backends).
     if config["selfplay"]["backend"] != "vllm":
         return {}
-    return dict(
-        gpu_memory_utilization=model, opponent_gpu_memory_utilization=opponent
-    )
+    return dict(gpu_memory_utilization=model, opponent_gpu_memory_utilization=opponent)
 
 
 def play_args():
@@ -398,7 +396,9 @@ def eval_play_args():
     e = config["evaluation"]
     return cli_args(
         **engine_args("evaluate"),
-        **vllm_memory(e["gpu_memory_utilization"], e["opponent_gpu_memory_utilization"]),
+        **vllm_memory(
+            e["gpu_memory_utilization"], e["opponent_gpu_memory_utilization"]
+        ),
         max_new_tokens=e["max_new_tokens"],
         batch_size=e["batch_size"],
         greedy=True,
@@ -506,3 +506,79 @@ def run_benchmarks():
             job, _, path = entry.partition("=")
             entries.setdefault(job, path)
     return entries
+
+
+# ---------------------------------------------------------------- preflight
+def _endpoints(*specs):
+    return [s for s in specs if s and s.startswith("openai:")]
+
+
+def preflight_units():
+    """Preflight job name -> (resource family, conda env, launch prefix, flags)."""
+    s, base = config["selfplay"], config["base_model"]
+    model = base["gguf_file"] or base["name_or_path"]
+    common = dict(path=[str(RESULTS)], online=not config["offline"])
+    engine = dict(
+        backend=s["backend"],
+        model=model,
+        dtype=s["dtype"],
+        max_length=s["max_length"],
+    )
+    teacher = config["data"]["teacher"] if TEACHER else {}
+    teacher_specs = _endpoints(teacher.get("model"), teacher.get("partner"))
+    play_teacher = TEACHER and teacher_family() == "selfplay"
+    r = config["resources"]["train"]
+    procs = max(r["gpus"], 1)
+    stages = sorted(
+        {config[st]["deepspeed"] for st in ("imitation", "spag")} - {None, "none"}
+    )
+    units = {
+        "selfplay": (
+            "selfplay",
+            backend_env(),
+            "",
+            dict(**common, **engine, endpoint=teacher_specs if play_teacher else []),
+        ),
+        "train": (
+            "train",
+            "../envs/train.yaml",
+            train_launcher(),
+            dict(
+                path=[str(RESULTS), str(CHECKPOINTS)],
+                deepspeed=stages,
+                threads=(
+                    threads_per_rank(r["cpus"], procs) if train_launcher() else None
+                ),
+            ),
+        ),
+        "score": ("score", "../envs/train.yaml", "", dict(**common)),
+        "evaluate": (
+            "evaluate",
+            backend_env(),
+            "",
+            dict(
+                **common,
+                **engine,
+                endpoint=_endpoints(config["evaluation"]["opponent"]),
+            ),
+        ),
+        "reasoning": (
+            "evaluate",
+            "../envs/eval.yaml",
+            "",
+            dict(**common, lm_eval=True),
+        ),
+        # The base model is prepared by a CPU job: it must find it offline.
+        "cpu": ("cpu", "../envs/spag.yaml", "", dict(**common, model=model)),
+    }
+    if TEACHER and not play_teacher:
+        units["teacher"] = (
+            "teacher",
+            "../envs/spag.yaml",
+            "",
+            dict(**common, endpoint=teacher_specs),
+        )
+    for unit, (family, env, launch, flags) in units.items():
+        flags.update(device=family_device(config, family), resources=family)
+        units[unit] = (family, env, launch, cli_args(**flags))
+    return units
