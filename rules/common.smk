@@ -3,6 +3,7 @@
 
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -19,10 +20,9 @@ validate_config(config, source="config")
 if not workflow.remote_exec:
     check_backend_available(
         config,
-        env_per_rule=bool(
-            {DeploymentMethod.CONDA, DeploymentMethod.APPTAINER}
-            & set(workflow.deployment_settings.deployment_method)
-        ),
+        # Only conda: no rule names a container.
+        env_per_rule=DeploymentMethod.CONDA
+        in workflow.deployment_settings.deployment_method,
     )
 
 if config["offline"]:
@@ -270,7 +270,9 @@ def teacher_play_args(wildcards, threads):
         # Engine flags only where a local model plays: for endpoints they would do
         # nothing but rerun (and pay for) the games whenever self-play settings change.
         options.update(
-            engine_args("selfplay"), batch_size=config["selfplay"]["batch_size"]
+            engine_args("selfplay"),
+            **vllm_memory(config["selfplay"]["gpu_memory_utilization"]),
+            batch_size=config["selfplay"]["batch_size"],
         )
     flags = cli_args(**options)
     if _teacher_local():
@@ -549,6 +551,7 @@ def preflight_units():
                 threads=(
                     threads_per_rank(r["cpus"], procs) if train_launcher() else None
                 ),
+                cpus=r["cpus"] if train_launcher() else None,
             ),
         ),
         "score": ("score", "../envs/train.yaml", "", dict(**common)),
@@ -568,8 +571,8 @@ def preflight_units():
             "",
             dict(**common, lm_eval=True),
         ),
-        # The base model is prepared by a CPU job: it must find it offline.
-        "cpu": ("cpu", "../envs/spag.yaml", "", dict(**common, model=model)),
+        # The base model is prepared in the train env: it must find the model offline.
+        "cpu": ("cpu", "../envs/train.yaml", "", dict(**common, model=model)),
     }
     if TEACHER and not play_teacher:
         units["teacher"] = (

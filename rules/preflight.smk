@@ -6,6 +6,9 @@
 
 PREFLIGHT_UNITS = preflight_units()
 PREFLIGHT_WORK = result("preflight", ".work", "{family}.json")
+if not workflow.remote_exec:
+    # Reports of a preflight that stopped before its table are stale: checked anew.
+    shutil.rmtree(os.path.dirname(PREFLIGHT_WORK), ignore_errors=True)
 
 for _unit, (_family, _env, _launch, _flags) in PREFLIGHT_UNITS.items():
 

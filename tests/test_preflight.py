@@ -138,3 +138,30 @@ def test_collect_moves_the_reports_and_counts_failures(tmp_path):
     lines = table.splitlines()
     assert lines[0].split() == ["family", "host", "check", "status", "detail"]
     assert lines[2].split()[:4] == ["selfplay", "n2", "cuda", FAIL]
+
+
+def test_a_stopped_preflights_reports_are_checked_anew(cpu_run):
+    """Reports left by a preflight that stopped before its table (a failed family job)
+    are stale: the next preflight runs that family again."""
+    wd, _ = cpu_run
+    work = wd / "results" / "preflight" / ".work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "cpu.json").write_text("{}")
+    plan = snakemake(wd, "preflight", "-n")
+    assert plan.returncode == 0, plan.stderr[-2000:]
+    assert "preflight_cpu" in plan.stdout
+    assert not work.exists()
+
+
+def test_a_gguf_base_model_is_converted_by_the_run(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    rows = {r.check: r for r in run_checks(FamilyPlan(family="cpu", model=str(gguf)))}
+    assert rows["base model"].status == "ok" and "converted by the run" in rows["base model"].detail
+    missing = {
+        r.check: r for r in run_checks(FamilyPlan(family="cpu", model=str(tmp_path / "x.gguf")))
+    }
+    assert (
+        missing["base model"].status == FAIL
+        and "base_model.gguf_file" in missing["base model"].detail
+    )

@@ -3,9 +3,11 @@ token prompts from the shared renderer, and the sampling settings of the referen
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -75,6 +77,9 @@ def test_vllm_request_seed_follows_the_game_not_its_batch_position(fake_vllm, ti
     assert len(set(together.values())) == 3
 
 
+STANDIN = Path(__file__).resolve().parent / "conda_standin"
+
+
 def test_tensor_parallel_size_follows_the_rules_gpus(tmp_path):
     """The self-play rule's vLLM engine spans the job's GPUs unless the config says otherwise."""
     from workflow_utils import make_workdir, snakemake
@@ -89,7 +94,9 @@ def test_tensor_parallel_size_follows_the_rules_gpus(tmp_path):
             "selfplay": {"backend": "vllm", "tensor_parallel_size": pinned},
             "resources": {family: {"gpus": gpus}},
         }
-        res = snakemake(wd, "spag_epoch1", "-n", "-p", config=config)
+        # the vLLM rules run in their conda env (a stand-in conda for the plan)
+        res = snakemake(wd, "spag_epoch1", "-n", "-p", "--sdm", "conda", config=config,
+                        env={"PATH": f"{STANDIN}{os.pathsep}{os.environ['PATH']}"})  # fmt: skip
         assert res.returncode == 0, res.stderr
         rule = "selfplay" if family == "selfplay" else "eval_play"
         lines = [

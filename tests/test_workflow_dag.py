@@ -271,3 +271,17 @@ def test_two_engines_beyond_one_gpu_are_refused(workdir):
     )  # fmt: skip
     assert res.returncode != 0
     assert "opponent_gpu_memory_utilization' = 1.2" in res.stdout + res.stderr
+
+
+def test_an_endpoint_opponent_leaves_the_gpu_to_the_model(workdir):
+    import os
+
+    env = {"PATH": f"{STANDIN_CONDA}{os.pathsep}{os.environ['PATH']}"}
+    res = snakemake(
+        workdir, "spag_epoch1", "-n", "--sdm", "conda",
+        config={"selfplay": {"backend": "vllm"},
+                "evaluation": {"opponent": "openai:http://127.0.0.1:9/v1?model=m",
+                               "gpu_memory_utilization": 0.9}},
+        env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]

@@ -69,7 +69,8 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
             config[stage].setdefault(key, value)
     ev = config["evaluation"]
     shared = ev["gpu_memory_utilization"] + ev["opponent_gpu_memory_utilization"]
-    if config["selfplay"]["backend"] == "vllm" and shared > 0.95:
+    local_opponent = not ev["opponent"].startswith("openai:")
+    if config["selfplay"]["backend"] == "vllm" and local_opponent and shared > 0.95:
         # vLLM sizes each engine as a share of the GPU's total memory; the second engine
         # starts only if its share is still free (plus each engine's CUDA context).
         raise SpagInputError(

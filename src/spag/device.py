@@ -47,8 +47,13 @@ def driver_cuda_version() -> str | None:
     return None
 
 
-def cuda_problem() -> str | None:
-    """Why CUDA cannot be used in this process (None when a real allocation works)."""
+def cuda_problem(probe: bool = True) -> str | None:
+    """Why CUDA cannot be used in this process (None when it works).
+
+    With ``probe`` a real allocation and product on this rank's GPU (``LOCAL_RANK``; no
+    context on another rank's GPU); without, only what needs no CUDA context (for a
+    process that hands the GPU to vLLM's workers).
+    """
     import torch
 
     built = torch.version.cuda
@@ -63,26 +68,29 @@ def cuda_problem() -> str | None:
     try:
         if not torch.cuda.is_available():
             return f"torch finds no usable GPU: {versions}"
-        # A real allocation and product: a device that is listed can still fail here.
-        a = torch.ones((64, 64), device="cuda")
-        (a @ a).sum().item()
+        if probe:
+            # A real allocation and product: a device that is listed can still fail here.
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            device = torch.device("cuda", local if local < torch.cuda.device_count() else 0)
+            a = torch.ones((64, 64), device=device)
+            (a @ a).sum().item()
     except Exception as exc:  # noqa: BLE001 - any CUDA failure is reported, not raised
         return f"CUDA does not work ({type(exc).__name__}: {exc}): {versions}"
     return None
 
 
-def select_device(requested: str | None, step: str) -> str:
+def select_device(requested: str | None, step: str, probe: bool = True) -> str:
     """``cuda`` or ``cpu`` for ``requested`` (``auto``, ``cuda``, ``cpu``; None: auto).
 
     ``cuda`` without working CUDA is a :class:`SpagInputError` naming the versions and
-    the setting to change.
+    the setting to change. ``probe``: see :func:`cuda_problem`.
     """
     requested = requested or "auto"
     if requested not in DEVICES:
         raise SpagInputError(f"--device must be one of {', '.join(DEVICES)}, got {requested!r}")
     if requested == "cpu":
         return "cpu"
-    problem = cuda_problem()
+    problem = cuda_problem(probe)
     if problem is None:
         return "cuda"
     if requested == "auto":

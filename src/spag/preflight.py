@@ -34,6 +34,8 @@ from typing import Any
 from spag.errors import SpagInputError
 
 OK, FAIL, INFO = "ok", "FAIL", "info"
+# A collective that does not complete within this many seconds is a failed row.
+COLLECTIVE_TIMEOUT_S = 120
 # Report columns, in the printed table's order.
 TABLE_COLUMNS = ("family", "host", "check", "status", "detail")
 
@@ -61,6 +63,7 @@ class FamilyPlan:
     endpoints: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     threads: int | None = None  # expected threads per rank
+    cpus: int | None = None  # the family's CPUs (per node): each rank's step must see them
     lm_eval: bool = False
     offline: bool = True
 
@@ -122,12 +125,13 @@ def _threads_row(plan: FamilyPlan) -> Row:
     if plan.threads is None:
         return Row("threads", INFO, detail)
     got = int(omp) if omp else torch_threads
-    if got != plan.threads or (cpus or 0) < plan.threads:
+    if got != plan.threads or (cpus or 0) < (plan.cpus or plan.threads):
         return Row(
             "threads",
             FAIL,
-            f"{detail}; expected {plan.threads} per rank (resources.{plan.resources}.cpus / ranks "
-            "per node): check the launch prefix and the job's --cpus-per-task",
+            f"{detail}; expected {plan.threads} threads per rank (resources.{plan.resources}.cpus"
+            f" / ranks per node) and {plan.cpus or plan.threads} usable CPUs: check the launch "
+            "prefix and the job's --cpus-per-task",
         )
     return Row("threads", OK, detail + f" (= resources.{plan.resources}.cpus / ranks)")
 
@@ -160,6 +164,10 @@ def _model_row(plan: FamilyPlan) -> Row | None:
 
     if name == "tiny":
         return Row("base model", OK, "the embedded tiny model (built by the run)")
+    if Path(name).suffix == ".gguf":
+        if Path(name).is_file():
+            return Row("base model", OK, f"GGUF file {name} (converted by the run)")
+        return Row("base model", FAIL, f"{name}: no such file (base_model.gguf_file)")
     if name in PACKAGED_MODELS:
         try:
             path, _ = packaged_model_file(name)
@@ -195,8 +203,8 @@ def _local_model_dir(plan: FamilyPlan) -> str | None:
         return None
     from spag.models.base_model import PACKAGED_MODELS
 
-    if plan.model in PACKAGED_MODELS:
-        return None
+    if plan.model in PACKAGED_MODELS or Path(plan.model).suffix == ".gguf":
+        return None  # converted by the run
     return plan.model
 
 
@@ -283,41 +291,60 @@ def _deepspeed_rows(plan: FamilyPlan) -> list[Row]:
 
 
 def _collective_rows(plan: FamilyPlan) -> list[Row]:
-    """An all-reduce over every rank of the launch (NCCL on GPUs, else gloo)."""
+    """An all-reduce over every rank of the launch: gloo, then NCCL on GPUs where every
+    rank has working CUDA (a rank without would leave the others waiting)."""
+    from datetime import timedelta
+
     import torch
     import torch.distributed as dist
 
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    rows = []
-    backends = ["gloo"]
-    if plan.device == "cuda":
-        backends.append("nccl")
     from spag.training.distributed import ensure_distributed_env
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
     ensure_distributed_env()
-    dist.init_process_group("gloo")
-    for backend in backends:
-        name = f"all-reduce {backend}"
-        if backend == "nccl":
-            from spag.device import cuda_problem
+    try:
+        dist.init_process_group("gloo", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        t = torch.ones(1)
+        dist.all_reduce(t)
+    except Exception as exc:  # noqa: BLE001 - the rendezvous' own error is the cause
+        return [Row("all-reduce gloo", FAIL, f"rank {rank}: {type(exc).__name__}: {exc}")]
+    got = int(t.item())
+    rows = [
+        Row(
+            "all-reduce gloo",
+            OK if got == world else FAIL,
+            f"rank {rank}: sum {got} over {world} rank(s)",
+        )
+    ]
+    if plan.device != "cuda":
+        return rows
+    from spag.device import cuda_problem
 
-            problem = cuda_problem()
-            if problem:
-                rows.append(Row(name, FAIL, f"not tried: {problem}"))
-                continue
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-            group, t = dist.new_group(backend="nccl"), torch.ones(1, device="cuda")
-        else:
-            group, t = None, torch.ones(1)
-        try:
-            dist.all_reduce(t, group=group)
-        except Exception as exc:  # noqa: BLE001 - reported as the row's cause
-            rows.append(Row(name, FAIL, f"{type(exc).__name__}: {exc}"))
-            continue
-        got = int(t.item())
-        status = OK if got == world else FAIL
-        rows.append(Row(name, status, f"rank {rank}: sum {got} over {world} rank(s)"))
+    problem = cuda_problem()
+    ready = torch.tensor([0 if problem else 1])
+    dist.all_reduce(ready)
+    if problem or int(ready.item()) < world:
+        why = problem or f"{world - int(ready.item())} rank(s) without working CUDA"
+        rows.append(Row("all-reduce nccl", FAIL, f"not tried: {why}"))
+        return rows
+    try:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        group = dist.new_group(backend="nccl", timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        t = torch.ones(1, device="cuda")
+        dist.all_reduce(t, group=group)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001
+        rows.append(Row("all-reduce nccl", FAIL, f"rank {rank}: {type(exc).__name__}: {exc}"))
+        return rows
+    got = int(t.item())
+    rows.append(
+        Row(
+            "all-reduce nccl",
+            OK if got == world else FAIL,
+            f"rank {rank}: sum {got} over {world} rank(s)",
+        )
+    )
     return rows
 
 
@@ -392,6 +419,8 @@ def run_checks(plan: FamilyPlan) -> list[Row]:
 def gather_rows(rows: list[Row]) -> list[Row] | None:
     """Every rank's rows on rank 0 (None on the other ranks); this process's alone without
     a process group."""
+    if importlib.util.find_spec("torch") is None:
+        return rows  # an env without torch (never a training launch)
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):

@@ -265,7 +265,12 @@ def run(args: argparse.Namespace) -> int:
         # Two engines share the GPU in evaluation games.
         local_engines = (not model_endpoint) + bool(args.opponent and not endpoint)
         # Before a model is loaded: a GPU job without working CUDA stops here.
-        device = select_device(args.device, "spag play") if local_engines else None
+        # vLLM's workers take the GPU: no CUDA context in this process before them.
+        device = (
+            select_device(args.device, "spag play", probe=args.backend != "vllm")
+            if local_engines
+            else None
+        )
         if args.opponent_gpu_memory_utilization is None:
             share = opponent_share = args.gpu_memory_utilization / max(local_engines, 1)
         else:

@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", nargs="*", default=[], help="endpoint specs to reach")
     p.add_argument("--path", nargs="*", default=[], help="folders whose disk is checked")
     p.add_argument("--threads", type=int, default=None, help="expected threads per rank")
+    p.add_argument("--cpus", type=int, default=None, help="CPUs each rank's step must see")
     p.add_argument("--lm-eval", action="store_true", help="lm-eval must import")
     p.add_argument("--online", action="store_true", help="the run may download the base model")
 
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         endpoints=args.endpoint,
         paths=args.path,
         threads=args.threads,
+        cpus=args.cpus,
         lm_eval=args.lm_eval,
         offline=not args.online,
     )

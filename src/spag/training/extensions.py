@@ -38,7 +38,7 @@ CPU_ADAM = "CPUAdamBuilder"
 
 def _cpu_digest() -> str:
     """A digest of this CPU's model and instruction-set flags (what -march=native sees)."""
-    model, flags = platform.processor(), ""
+    model, flags = "", ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
@@ -47,6 +47,7 @@ def _cpu_digest() -> str:
                 model = value.strip()
             elif key in ("flags", "Features", "isa") and not flags:
                 flags = " ".join(sorted(value.split()))
+    model = model or platform.processor()
     return hashlib.sha256(f"{platform.machine()}|{model}|{flags}".encode()).hexdigest()[:12]
 
 
@@ -100,11 +101,18 @@ def build_tools_problem() -> str | None:
 
 @contextlib.contextmanager
 def _node_lock(folder: Path):
+    """Yield True while holding the folder's kernel lock (False where the file system
+    has no flock: builds then rely on torch's own lock file alone)."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".spag-build.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.warning("no flock on %s (%s): a killed build's lock is not removed", folder, exc)
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
@@ -116,6 +124,7 @@ def build_ops(names: list[str], setting: str = "deepspeed") -> dict[str, str]:
     """
     if not names:
         return {}
+    own_folder = not os.environ.get("TORCH_EXTENSIONS_DIR")
     root = use_node_extensions_dir()
     problem = build_tools_problem()
     if problem:
@@ -123,15 +132,15 @@ def build_ops(names: list[str], setting: str = "deepspeed") -> dict[str, str]:
     from deepspeed.accelerator import get_accelerator
 
     built = {}
-    with _node_lock(root):
+    with _node_lock(root) as locked:
         for name in names:
             builder = get_accelerator().create_op_builder(name)
             if builder is None:
                 raise SpagInputError(f"{setting}: DeepSpeed has no {name} for this accelerator")
             stale = root / builder.name / "lock"
-            if stale.exists():
-                # Every build here runs under the node lock we hold: this file is a
-                # dead build's.
+            if stale.exists() and locked and own_folder:
+                # Every build in the node's own folder runs under the lock we hold: this
+                # file is a dead build's. (A user's folder may be shared by other nodes.)
                 log.warning("removing %s left by a killed build", stale)
                 stale.unlink()
             try:
