@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import socket
+from pathlib import Path
 
 import pytest
 from fake_endpoint import FakeEndpoint
@@ -15,6 +17,8 @@ from spag.generation.openai_backend import (
     is_endpoint_spec,
     parse_spec,
 )
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture()
@@ -185,3 +189,146 @@ def test_top_k_is_sent_when_sampling_unless_turned_off(endpoint):
     assert sent == {"a": 50, "b": None, "c": None}
     with pytest.raises(SpagInputError, match="top_k=maybe"):
         parse_spec(endpoint.spec(top_k="maybe"))
+
+
+# ---------------------------------------------------------------- hostile servers
+def test_a_redirect_is_not_followed_and_the_key_stays(endpoint, monkeypatch):
+    """A 302 to another host would carry the key there: refused, the other host never
+    hears from the client."""
+    monkeypatch.setenv("SPAG_TEST_KEY", "sk-secret-123")
+    with FakeEndpoint() as elsewhere:
+        endpoint.redirect_to = f"http://127.0.0.1:{elsewhere.port}/v1/completions"
+        backend = OpenAIBackend(endpoint.spec(key_env="SPAG_TEST_KEY", retries=2))
+        with pytest.raises(
+            EndpointError, match="a redirect to http://127.0.0.1.*not followed"
+        ) as err:
+            _generate(backend, ["hello"])
+        assert elsewhere.requests == [] and elsewhere.headers == []
+    assert len(endpoint.requests) == 1  # not retried
+    assert "sk-secret-123" not in str(err.value)
+
+
+def test_a_trickling_server_meets_the_total_deadline(endpoint):
+    endpoint.trickle = 0.2  # one byte every 0.2 s: each read is quick, the reply never ends
+    backend = OpenAIBackend(endpoint.spec(timeout=1, retries=1), backoff=0.01)
+    with pytest.raises(EndpointError, match=r"did not answer after 2 attempt.*within 1 s"):
+        _generate(backend, ["hello"])
+
+
+def test_a_huge_reply_is_not_read(endpoint):
+    endpoint.huge = 300 * 1024 * 1024  # 300 MB for max_tokens 16
+    backend = OpenAIBackend(endpoint.spec(retries=0))
+    with pytest.raises(EndpointError, match=r"reply over \d+ bytes for max_tokens 16"):
+        _generate(backend, ["hello"])
+
+
+def test_a_cut_body_is_retried_then_named(endpoint):
+    endpoint.cut = True
+    backend = OpenAIBackend(endpoint.spec(retries=2), backoff=0.01)
+    with pytest.raises(
+        EndpointError, match=r"did not answer after 3 attempt\(s\).*RemoteProtocolError"
+    ):
+        _generate(backend, ["hello"])
+    assert len(endpoint.requests) == 3
+    endpoint.cut = False
+    assert _generate(backend, ["hello"])[0].text  # a healthy answer after all
+
+
+@pytest.mark.parametrize("value,field", [(123, "choices[0].text is int"),
+                                         (["a"], "choices[0].text is list")])  # fmt: skip
+def test_wrong_types_name_the_field(endpoint, value, field):
+    endpoint.wrong_text = value
+    backend = OpenAIBackend(endpoint.spec(retries=0))
+    with pytest.raises(
+        EndpointError, match=rf"{endpoint.port}/v1/completions: reply field {re.escape(field)}"
+    ):
+        _generate(backend, ["hello"])
+
+
+def test_more_tokens_than_asked_is_refused(endpoint):
+    endpoint.usage_tokens = 500
+    backend = OpenAIBackend(endpoint.spec(retries=0))
+    with pytest.raises(EndpointError, match="reply of 500 tokens for max_tokens 16"):
+        _generate(backend, ["hello"])
+
+
+def test_a_key_echoed_by_the_server_is_masked(endpoint, monkeypatch):
+    monkeypatch.setenv("SPAG_TEST_KEY", "sk-secret-456")
+    endpoint.echo_auth = True
+    backend = OpenAIBackend(endpoint.spec(key_env="SPAG_TEST_KEY", retries=0))
+    with pytest.raises(EndpointError, match=r"HTTP 400.*Bearer \*\*\*") as err:
+        _generate(backend, ["hello"])
+    assert "sk-secret-456" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "openai:http://user:sk-secret-789@127.0.0.1:8000/v1?model=m",
+        "openai:http://127.0.0.1:8000/v1?model=m&api_key=sk-secret-789",
+        "openai:https://sk-secret-789@api.example.org/v1?model=m",
+    ],
+)
+def test_secrets_in_the_spec_are_refused_without_repeating_them(spec):
+    with pytest.raises(SpagInputError) as err:
+        parse_spec(spec)
+    assert "sk-secret-789" not in str(err.value)
+    assert "user" not in str(err.value).split("refused")[0] or "user info" in str(err.value)
+
+
+def test_an_opponent_spec_with_a_secret_is_refused_before_any_job():
+    import copy
+
+    import yaml
+
+    from spag.config import validate_config
+
+    config = yaml.safe_load(open(REPO / "config.yaml").read())
+    bad = copy.deepcopy(config)
+    bad["evaluation"]["opponent"] = "openai:http://u:sk-secret-000@127.0.0.1:1/v1?model=m"
+    with pytest.raises(SpagInputError, match="evaluation.opponent") as err:
+        validate_config(bad)
+    assert "sk-secret-000" not in str(err.value)
+
+
+# ---------------------------------------------------------------- no paid request lost
+def test_a_failed_shard_resumes_from_its_finished_games(endpoint, tiny_model_dir, tmp_path):
+    """Evaluation games against an endpoint that dies mid-shard: the games that ended are
+    journaled; the rerun asks only for the others, and the shard equals an uninterrupted
+    run's."""
+    import pyarrow.parquet as pq
+
+    from spag.cli import main
+
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(["apple", "river", "castle", "garden", "pencil", "window"]) + "\n")
+
+    def play(out, spec):
+        return main(["play", "--model", str(tiny_model_dir), "--opponent", spec,
+                     "--words", str(words), "--output", str(out), "--max-turns", "3",
+                     "--max-new-tokens", "4", "--no-progress"])  # fmt: skip
+
+    # the endpoint ends every game at its first reply for half the words
+    def answer(prompt):
+        return "I know the word! It is apple!" if "apple" in prompt or "castle" in prompt else "hm"
+
+    endpoint.answer = answer
+    whole = tmp_path / "whole.parquet"
+    assert play(whole, endpoint.spec(retries=0)) == 0
+    calls_whole = len(endpoint.requests)
+
+    endpoint.requests.clear()
+    endpoint.fail_after = 6  # the first message of the games it attacks in, then no more
+    out = tmp_path / "shard.parquet"
+    assert play(out, endpoint.spec(retries=0)) == 2
+    journal = tmp_path / ".shard.parquet.journal.jsonl"
+    assert not out.exists() and journal.exists()
+    journaled = len(journal.read_text().splitlines()) - 1
+    assert journaled >= 1
+
+    endpoint.requests.clear()
+    endpoint.fail_after = None
+    assert play(out, endpoint.spec(retries=0)) == 0
+    assert not journal.exists()
+    assert len(endpoint.requests) < calls_whole  # the finished games were not asked again
+    assert pq.read_table(out).equals(pq.read_table(whole))

@@ -129,7 +129,7 @@ def test_an_endpoint_teacher_plays_both_roles_through_failures(words, tmp_path):
     "fault,message",
     [
         ("malformed", "not JSON"),
-        ("empty_choices", "without choices"),
+        ("empty_choices", "reply field choices is empty"),
         ("not_found", "model named 'judge-7b'"),
     ],
 )

@@ -68,6 +68,13 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         for key, value in METHOD_DEFAULTS[method].items():
             config[stage].setdefault(key, value)
     ev = config["evaluation"]
+    if ev["opponent"].startswith("openai:"):
+        from spag.generation.openai_backend import parse_spec
+
+        try:
+            parse_spec(ev["opponent"])
+        except SpagInputError as exc:
+            raise SpagInputError(f"{source}: key 'evaluation.opponent': {exc}") from None
     shared = ev["gpu_memory_utilization"] + ev["opponent_gpu_memory_utilization"]
     local_opponent = not ev["opponent"].startswith("openai:")
     if config["selfplay"]["backend"] == "vllm" and local_opponent and shared > 0.95:

@@ -25,8 +25,6 @@ import os
 import shutil
 import socket
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -349,31 +347,18 @@ def _collective_rows(plan: FamilyPlan) -> list[Row]:
 
 
 def _endpoint_rows(plan: FamilyPlan) -> list[Row]:
-    from spag.generation.openai_backend import parse_spec
+    from spag.generation.openai_backend import OpenAIBackend, parse_spec
 
     rows = []
     for spec_text in plan.endpoints:
         try:
             spec = parse_spec(spec_text)
+            with contextlib.closing(OpenAIBackend(spec)) as backend:
+                names = backend.list_models()
         except SpagInputError as exc:
             rows.append(Row("endpoint", FAIL, str(exc)))
             continue
         url = spec.base_url.rstrip("/") + "/models"
-        request = urllib.request.Request(url, method="GET")
-        key = os.environ.get(spec.key_env)
-        if key:
-            request.add_header("Authorization", f"Bearer {key}")
-        opener = urllib.request.build_opener(_NoRedirect)
-        try:
-            with opener.open(request, timeout=min(spec.timeout, 20.0)) as reply:
-                body = json.loads(reply.read(1 << 20))
-            names = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)]
-        except urllib.error.HTTPError as exc:
-            rows.append(Row("endpoint", FAIL, f"{url}: HTTP {exc.code} (check {spec.key_env})"))
-            continue
-        except (OSError, ValueError, AttributeError) as exc:
-            rows.append(Row("endpoint", FAIL, f"{url}: {type(exc).__name__}: {exc}"))
-            continue
         if spec.model not in names:
             rows.append(
                 Row("endpoint", FAIL, f"{url} answers but serves {names}, not {spec.model!r}")
@@ -381,12 +366,6 @@ def _endpoint_rows(plan: FamilyPlan) -> list[Row]:
         else:
             rows.append(Row("endpoint", OK, f"{url} serves {spec.model}"))
     return rows
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect would carry the key to another host: report it instead.
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise urllib.error.HTTPError(req.full_url, code, f"redirect to {newurl}", headers, fp)
 
 
 def _lm_eval_rows(plan: FamilyPlan) -> list[Row]:

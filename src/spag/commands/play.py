@@ -155,6 +155,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="cuda: stop at once without working CUDA; cpu; auto: CUDA where it works",
     )
+    p.add_argument(
+        "--no-journal",
+        action="store_true",
+        help="do not journal finished games beside the output (by default a failed or "
+        "killed shard resumes from its finished games)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -255,13 +261,25 @@ def run(args: argparse.Namespace) -> int:
         else f"temperature {args.temperature}, top-k {args.top_k}, top-p {args.top_p}",
     )
 
+    journal, done = None, {}
+    if not args.no_journal:
+        from spag.game.journal import GameJournal, journal_path
+
+        journal = GameJournal(journal_path(args.output), _journal_key(args, words))
+        done = journal.load()
+        if done:
+            log.info(
+                "resuming: %d of %d games were finished (%s)", len(done), len(specs), journal.path
+            )
+    remaining = [s for s in specs if s.episode_id not in done]
+
     if args.threads is not None:
         import torch
 
         torch.set_num_threads(args.threads)
         log.info("torch threads: %d", args.threads)
     backends = {}
-    if specs:
+    if remaining:
         # Two engines share the GPU in evaluation games.
         local_engines = (not model_endpoint) + bool(args.opponent and not endpoint)
         # Before a model is loaded: a GPU job without working CUDA stops here.
@@ -329,7 +347,19 @@ def run(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{rate:.0f} tokens/s", refresh=False)
         bar.update(finished)
 
-    games = play_games(specs, backends, prompts, settings, progress) if specs else []
+    games = (
+        play_games(
+            specs,
+            backends,
+            prompts,
+            settings,
+            progress,
+            done=done,
+            on_finished=journal.append if journal else None,
+        )
+        if specs
+        else []
+    )
     bar.close()
     logged: set[int] = set()
     for key, backend in backends.items():
@@ -353,6 +383,8 @@ def run(args: argparse.Namespace) -> int:
         model_names=names,
     )
     write_parquet(table, args.output)
+    if journal is not None:
+        journal.remove()
     elapsed = time.perf_counter() - started
     log.info(
         "wrote %s: %d episodes, %d generated tokens in %.1f s (%.0f tokens/s, %.2f episodes/s)",
@@ -364,6 +396,35 @@ def run(args: argparse.Namespace) -> int:
         len(games) / max(elapsed, 1e-9),
     )
     return 0
+
+
+# Flags that do not decide a shard's games: a journal written under other values of
+# these still holds games of this shard.
+_NOT_IN_JOURNAL_KEY = {"output", "threads", "no_progress", "no_journal", "verbose", "device"}
+
+
+def _journal_key(args: argparse.Namespace, words: list[str]) -> str:
+    """What decides the shard's games: the flags, its words, the prompts and the models."""
+    import hashlib
+
+    from spag.game.journal import fingerprint
+    from spag.game.prompts import default_prompts_path
+    from spag.generation.openai_backend import is_endpoint_spec
+    from spag.training.scoring import model_identity
+
+    parts = {
+        k: v
+        for k, v in sorted(vars(args).items())
+        if not k.startswith("_") and k not in _NOT_IN_JOURNAL_KEY
+    }
+    parts["words"] = words
+    prompts = Path(args.prompts) if args.prompts else default_prompts_path()
+    parts["prompts_sha256"] = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    for key in ("model", "opponent"):
+        value = getattr(args, key)
+        if value and not is_endpoint_spec(value):
+            parts[f"{key}_identity"] = model_identity(value)
+    return fingerprint(parts)
 
 
 def _progress_bar(total: int, disabled: bool):

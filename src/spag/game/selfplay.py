@@ -143,6 +143,7 @@ def end_reason(
 
 
 Progress = Callable[[int, int], None]  # (games finished since last call, tokens generated)
+Finished = Callable[[list[GameState]], None]  # the games that ended at this message
 
 
 def play_games(
@@ -151,16 +152,25 @@ def play_games(
     prompts: Any,
     settings: PlaySettings,
     progress: Progress | None = None,
+    *,
+    done: Mapping[str, GameState] | None = None,
+    on_finished: Finished | None = None,
 ) -> list[GameState]:
     """Play all ``specs`` to the end, turn by turn in one batch; return them in spec order.
 
     ``backends`` maps the keys used in the specs (``policy``, ``opponent``) to
     backends; ``prompts`` has ``play_prompt(history, role, target_word, max_turns)``.
     Each generate call's seed derives from the settings' seed, the message index
-    and the speaking model, so the same shard replays identically.
+    and the speaking model, and each game's from that and its id, so the same shard
+    replays identically, whichever of its games play together. Games in ``done``
+    (finished earlier, by episode id) are taken as they are; ``on_finished`` is told of
+    every game as it ends (``spag.game.journal``).
     """
-    games = [GameState(spec) for spec in specs]
-    active = list(games)
+    done = done or {}
+    games = [done.get(spec.episode_id) or GameState(spec) for spec in specs]
+    active = [g for g in games if g.spec.episode_id not in done]
+    if progress is not None and len(active) < len(games):
+        progress(len(games) - len(active), 0)
     max_messages = 2 * settings.max_turns
     started = time.perf_counter()
     total_tokens = 0
@@ -209,6 +219,8 @@ def play_games(
             elif turn + 1 < max_messages:
                 _release(backends, g.spec.episode_id)
         finished = len(active) - len(still)
+        if on_finished is not None and finished:
+            on_finished([g for g in active if g.end_reason is not None])
         elapsed = max(time.perf_counter() - started, 1e-9)
         log.info(
             "message %d/%d done: %d games finished, %d still playing, %.0f tokens/s",
