@@ -83,12 +83,17 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory(prefix="spag-bench-") as tmp:
         wd = make_workdir(Path(tmp) / "dry")
-        secs, cpu, res = timed(wd, "-n", "spag_epoch3", config={"selfplay": {"num_shards": 256}})
+        secs, cpu, res = timed(
+            wd,
+            "-n",
+            "spag_epoch3",
+            config={"selfplay": {"num_shards": 256}, "words": {"num_train": 256}},
+        )
         n_jobs = sum(job_counts(res.stdout + res.stderr).values())
         lines += [
             "## Dry run with 256 shards per epoch",
             "",
-            f"`snakemake -n spag_epoch3` with `selfplay.num_shards: 256` ({n_jobs} jobs): "
+            f"`snakemake -n spag_epoch3` with `selfplay.num_shards: 256` and 256 train words ({n_jobs} jobs): "
             f"**{secs:.1f} s** wall, {cpu:.1f} s CPU (goal: 10 s or less).",
             "",
         ]

@@ -59,3 +59,28 @@ def test_the_packaged_model_with_chat_passes():
             base_model={"name_or_path": "smollm2-135m-instruct"}, game={"prompt_format": "chat"}
         )
     )
+
+
+@pytest.mark.parametrize(
+    "sections,message",
+    [
+        ({"spag": {"lr_scheduler": "bogus"}}, r"key 'spag.lr_scheduler'"),
+        ({"seed": -5}, r"key 'seed'"),
+        ({"imitation": {"deepspeed": "/no/such/ds.json"}}, r"key 'imitation.deepspeed'.*nor a file"),
+        ({"words": {"num_train": 2}, "selfplay": {"num_shards": 3}},
+         r"'selfplay.num_shards' \(3\) is above 'words.num_train' \(2\)"),
+        ({"selfplay": {"num_shards": 1001}}, r"key 'selfplay.num_shards'"),
+        ({"words": {"min_length": 9, "max_length": 4}}, r"'words.min_length' \(9\) is above"),
+        ({"evaluation": {"opponent": "openai:ftp://h/v1?model=m"}},
+         r"key 'evaluation.opponent'.*http:// or https://"),
+    ],
+)  # fmt: skip
+def test_settings_that_fail_hours_in_are_refused_before_any_job(sections, message):
+    cfg = copy.deepcopy(BASE)
+    for section, values in sections.items():
+        if isinstance(values, dict):
+            cfg.setdefault(section, {}).update(values)
+        else:
+            cfg[section] = values
+    with pytest.raises(SpagInputError, match=message):
+        validate_config(cfg)

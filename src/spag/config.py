@@ -67,6 +67,7 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     for stage, method in STAGE_METHOD.items():
         for key, value in METHOD_DEFAULTS[method].items():
             config[stage].setdefault(key, value)
+    _check_cross_keys(config, source)
     ev = config["evaluation"]
     if ev["opponent"].startswith("openai:"):
         from spag.generation.openai_backend import parse_spec
@@ -126,6 +127,39 @@ def check_run_inputs(config: dict[str, Any]) -> None:
             f"key 'game.prompt_format' is 'chat', but the tokenizer of {where} has no chat "
             "template; use prompt_format 'raw'"
         )
+
+
+def _check_cross_keys(config: dict[str, Any], source: str) -> None:
+    """Settings that are valid alone but not together, found before any job."""
+    words = config["words"]
+    if words["min_length"] > words["max_length"]:
+        raise SpagInputError(
+            f"{source}: key 'words.min_length' ({words['min_length']}) is above "
+            f"'words.max_length' ({words['max_length']}): no word would qualify"
+        )
+    shards = config["selfplay"]["num_shards"]
+    if shards > words["num_train"]:
+        raise SpagInputError(
+            f"{source}: key 'selfplay.num_shards' ({shards}) is above 'words.num_train' "
+            f"({words['num_train']}): a shard would have no words to play"
+        )
+    teacher = config["data"]["teacher"]
+    if (
+        config["data"]["imitation"] == "teacher"
+        and teacher["words"] == "train"
+        and teacher["num_shards"] > words["num_train"]
+    ):
+        raise SpagInputError(
+            f"{source}: key 'data.teacher.num_shards' ({teacher['num_shards']}) is above "
+            f"'words.num_train' ({words['num_train']}): a shard would have no words"
+        )
+    from spag.training.distributed import resolve_deepspeed
+
+    for stage in STAGE_METHOD:
+        try:
+            resolve_deepspeed(config[stage]["deepspeed"])
+        except SpagInputError as exc:
+            raise SpagInputError(f"{source}: key '{stage}.deepspeed': {exc}") from None
 
 
 def check_backend_available(config: dict[str, Any], env_per_rule: bool) -> None:
