@@ -288,3 +288,19 @@ def test_demo_sft_files():
     alpaca = json.loads((DATA / "demo_sft_alpaca.json").read_text(encoding="utf-8"))
     assert len(alpaca) == 10
     assert any(r["input"] for r in alpaca) and any(not r["input"] for r in alpaca)
+
+
+def test_a_killed_builds_folder_is_removed_by_the_next(tmp_path):
+    """A killed model build leaves its temporary folder (gigabytes for a 7B model); the
+    next build of the same output removes it."""
+    from spag.data.tables import atomic_dir
+
+    stale = tmp_path / ".base_model.k1ll3d"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"x" * 1024)
+    other = tmp_path / ".other_model.keep"
+    other.mkdir()
+    with atomic_dir(tmp_path / "base_model") as tmp:
+        (tmp / "config.json").write_text("{}")
+    assert (tmp_path / "base_model" / "config.json").exists()
+    assert not stale.exists() and other.exists()

@@ -291,3 +291,25 @@ def test_build_features_refuses_missing_scores_and_an_all_skipped_table(tokenize
     empty = [dict(r, target="") for r in rows]
     with pytest.raises(SpagInputError, match="every sample was skipped"):
         build_features(_table(empty), tokenizer, 256, "s.parquet", with_ref=False)
+
+
+@pytest.mark.parametrize(
+    "column,value,message",
+    [
+        ("weight", -0.5, r"'weight' is negative in row 1 \(-0.5\)"),
+        ("reward", 1e30, r"'reward' is 1e\+30 in row 1, beyond"),
+        ("ref_logprob", 0.7, r"'ref_logprob' is 0.7 in row 1: a mean log-probability"),
+    ],
+)
+def test_impossible_samples_are_refused(column, value, message):
+    """Values that would train silently on nonsense (a loss of -1e29, an inf gradient)."""
+    rows = [dict(r, ref_logprob=-1.0) for r in sample_rows(4)]
+    rows[1][column] = value
+    table = _table([{k: v for k, v in r.items() if k != "ref_logprob"} for r in rows])
+    table = table.append_column("ref_logprob", pa.array([r["ref_logprob"] for r in rows]))
+    with pytest.raises(SpagInputError, match=message):
+        check_sample_table(table, "s.parquet", need_ref=True)
+    rows[1][column] = {"weight": 0.0, "reward": -3.0, "ref_logprob": -0.0}[column]
+    good = _table([{k: v for k, v in r.items() if k != "ref_logprob"} for r in rows])
+    good = good.append_column("ref_logprob", pa.array([r["ref_logprob"] for r in rows]))
+    check_sample_table(good, "s.parquet", need_ref=True)

@@ -99,3 +99,20 @@ def test_killed_training_resumes_from_its_last_checkpoint(tiny_model_dir, tmp_pa
 def _rows(path: Path) -> list[dict]:
     with path.open() as fh:
         return list(csv.DictReader(fh, delimiter="\t"))
+
+
+def test_a_cut_run_file_restarts_instead_of_failing_every_retry(tmp_path):
+    """A run file cut short by a kill (it used to give a raw JSONDecodeError on every
+    retry): its checkpoints are not trusted, training starts from step 0."""
+    from types import SimpleNamespace
+
+    from spag.training.checkpoints import RUN_FILE, prepare_checkpoint_dir
+
+    root = tmp_path / "ckpt"
+    (root / "checkpoint-4").mkdir(parents=True)
+    (root / RUN_FILE).write_text('{"seed": 4')
+    cfg = SimpleNamespace(checkpoint_dir=str(root))
+    assert prepare_checkpoint_dir(cfg, {"seed": 42}, is_main=True) is None
+    assert json.loads((root / RUN_FILE).read_text()) == {"seed": 42}
+    assert not (root / "checkpoint-4").exists()
+    assert not list(root.glob(f".{RUN_FILE}.*"))  # written atomically, nothing left beside

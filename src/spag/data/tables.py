@@ -7,6 +7,7 @@ every reader and writer goes through it.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import tempfile
 from collections.abc import Iterator
@@ -80,6 +81,11 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    # A build killed earlier left its folder (gigabytes for a large model): only one job
+    # writes an output at a time, so any such folder is a dead one.
+    for stale in final.parent.glob(f".{glob.escape(final.name)}.*"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is shared like any output
     try:

@@ -10,7 +10,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from spag.data.tables import sha256_file
+from spag.data.tables import atomic_path, sha256_file
 from spag.training.distributed import barrier
 from spag.training.settings import TrainConfig
 
@@ -72,7 +72,12 @@ def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -
     run_file = root / RUN_FILE
     if is_main:
         root.mkdir(parents=True, exist_ok=True)
-        old = json.loads(run_file.read_text()) if run_file.is_file() else None
+        try:
+            old = json.loads(run_file.read_text()) if run_file.is_file() else None
+        except (ValueError, UnicodeDecodeError):
+            # Cut short by a kill: its checkpoints cannot be told to be this run's.
+            log.warning("%s: unreadable, its checkpoints are not trusted", run_file)
+            old = {"unreadable": str(run_file)}
         if old != fingerprint:
             stale = sorted(root.glob("checkpoint-*"))
             if stale or old is not None:
@@ -86,7 +91,8 @@ def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -
                 shutil.rmtree(p, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
                 (root / WORK_LOSS_LOG).unlink()
-            run_file.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+            with atomic_path(run_file) as tmp:
+                tmp.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
     barrier()
     done = complete_checkpoints(root)
     resume = done[-1] if done else None

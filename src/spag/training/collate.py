@@ -107,6 +107,12 @@ def encode_pairs(
     return out, report
 
 
+# Bounds of a sane sample: rewards are decayed game outcomes (a few units), and a mean
+# log-probability is at most 0 (up to rounding).
+MAX_ABS_REWARD = 1e4
+REF_LOGPROB_SLACK = 1e-4
+
+
 def check_sample_table(table: pa.Table, path: str | os.PathLike, need_ref: bool) -> pa.Table:
     """Check the sample contract (columns, types, values) and cast to it."""
     fields = [*SAMPLE_FIELDS, REF_LOGPROB_FIELD] if need_ref else list(SAMPLE_FIELDS)
@@ -133,6 +139,22 @@ def check_sample_table(table: pa.Table, path: str | os.PathLike, need_ref: bool)
                 raise SpagInputError(f"{path}: column '{name}' is null in game row {i}")
             if v is not None and not math.isfinite(v):
                 raise SpagInputError(f"{path}: column '{name}' is not finite in row {i}")
+            if v is not None and name == "weight" and v < 0:
+                raise SpagInputError(f"{path}: column 'weight' is negative in row {i} ({v})")
+            if v is not None and name == "reward" and abs(v) > MAX_ABS_REWARD:
+                # SPAG's rewards are decayed game outcomes, a few units at most: such a value
+                # is a bug upstream, and would make the loss and its gradient overflow.
+                raise SpagInputError(
+                    f"{path}: column 'reward' is {v} in row {i}, beyond +-{MAX_ABS_REWARD:g}"
+                )
+    if need_ref:
+        refs = table.column("ref_logprob").to_pylist()
+        for i, v in enumerate(refs):
+            if v is not None and (not math.isfinite(v) or v > REF_LOGPROB_SLACK):
+                raise SpagInputError(
+                    f"{path}: column 'ref_logprob' is {v} in row {i}: a mean log-probability "
+                    "is finite and at most 0; score the samples again with `spag score-ref`"
+                )
     return table
 
 
