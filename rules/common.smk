@@ -15,6 +15,7 @@ from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
 from spag.data.words import read_word_list
 from spag.game.teacher import teacher_plan, uses_teacher
+from spag.generation.openai_backend import is_endpoint_spec
 
 validate_config(config, source="config")
 if not workflow.remote_exec:
@@ -512,7 +513,7 @@ def run_benchmarks():
 
 # ---------------------------------------------------------------- preflight
 def _endpoints(*specs):
-    return [s for s in specs if s and s.startswith("openai:")]
+    return [s for s in specs if is_endpoint_spec(s)]
 
 
 def preflight_units():

@@ -69,16 +69,16 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
             config[stage].setdefault(key, value)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
-    if ev["opponent"].startswith("openai:"):
-        from spag.generation.openai_backend import parse_spec
+    from spag.generation.openai_backend import is_endpoint_spec, parse_spec
 
+    endpoint_opponent = is_endpoint_spec(ev["opponent"])
+    if endpoint_opponent:
         try:
             parse_spec(ev["opponent"])
         except SpagInputError as exc:
             raise SpagInputError(f"{source}: key 'evaluation.opponent': {exc}") from None
     shared = ev["gpu_memory_utilization"] + ev["opponent_gpu_memory_utilization"]
-    local_opponent = not ev["opponent"].startswith("openai:")
-    if config["selfplay"]["backend"] == "vllm" and local_opponent and shared > 0.95:
+    if config["selfplay"]["backend"] == "vllm" and not endpoint_opponent and shared > 0.95:
         # vLLM sizes each engine as a share of the GPU's total memory; the second engine
         # starts only if its share is still free (plus each engine's CUDA context).
         raise SpagInputError(

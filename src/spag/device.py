@@ -103,11 +103,10 @@ def select_device(requested: str | None, step: str, probe: bool = True) -> str:
 
 
 def cuda_devices() -> list[dict[str, Any]]:
-    """Name and memory of every GPU this process sees (empty without working CUDA)."""
+    """Name and memory of every GPU this process sees; call it once :func:`cuda_problem`
+    found none (it does not probe again)."""
     import torch
 
-    if cuda_problem() is not None:
-        return []
     out = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
