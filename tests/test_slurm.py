@@ -174,8 +174,10 @@ class Run:
 _BLOCK = re.compile(r"^rule (\w+):\n((?:    .*\n)+)", re.M)
 _SUBMITTED = re.compile(r"^Job (\d+) has been submitted with SLURM jobid (\d+)", re.M)
 _FINISHED = re.compile(r"^Finished jobid: (\d+) ", re.M)
-# --show-failed-logs inlines a job's own logs between rulers: not the main run's jobs
-_INLINED = re.compile(r"^Logfile .*:\n(=+)\n.*?^\1\n", re.M | re.S)
+# --show-failed-logs inlines a job's own logs between rulers: not the main run's jobs.
+# The header is one line: a `.*` under DOTALL would reach the last inlined log and
+# swallow the main run's lines between two failures (a job finished in between).
+_INLINED = re.compile(r"^Logfile [^\n]*:\n(=+)\n.*?^\1\n", re.M | re.S)
 
 
 def parse_log(text: str) -> dict[str, Job]:
@@ -376,6 +378,41 @@ def test_profile_keys_are_snakemake_options():
     }  # fmt: skip
     for key in set(profile) | test_profile:
         assert f"--{key}" in help_text, key
+
+
+def test_log_parser_keeps_jobs_finished_between_two_inlined_logs():
+    """A job that finishes between two failures' inlined logs is still the main run's."""
+    ruler = "=" * 20
+    log = "\n".join(
+        [
+            "rule selfplay:",
+            "    output: a.parquet",
+            "    jobid: 5",
+            "rule selfplay:",
+            "    output: b.parquet",
+            "    jobid: 11",
+            "Job 5 has been submitted with SLURM jobid 236 (log: x).",
+            "Job 11 has been submitted with SLURM jobid 238 (log: y).",
+            "Error in rule selfplay:",
+            "Logfile b.log:",
+            ruler,
+            "rule selfplay:",
+            "    output: b.parquet",
+            "    jobid: 0",
+            ruler,
+            "Finished jobid: 5 (Rule: selfplay)",
+            "Error in rule selfplay:",
+            "Logfile c.log:",
+            ruler,
+            "Finished jobid: 0 (Rule: selfplay)",
+            ruler,
+            "",
+        ]
+    )
+    jobs = parse_log(log)
+    assert set(jobs) == {"5", "11"}
+    assert jobs["5"].finished and jobs["5"].slurm_id == "236"
+    assert not jobs["11"].finished
 
 
 def test_overlay_is_a_valid_config():
