@@ -79,3 +79,15 @@ def test_zero3_two_ranks_on_cpu(tiny_model_dir, tmp_path):
     assert list((out / "ckpt" / "checkpoint-2").glob("global_step2/*zero_pp_rank_1*"))
     model = AutoModelForCausalLM.from_pretrained(out / "model", use_safetensors=True)
     assert model.config.vocab_size == model.get_input_embeddings().weight.shape[0]
+
+    # A ZeRO shard of the last checkpoint lost: the retry sets that checkpoint aside
+    # and resumes from the previous one, redoing step 2 only.
+    (shard,) = (out / "ckpt" / "checkpoint-2").glob("global_step2/*zero_pp_rank_1*optim*")
+    shard.unlink()
+    retry = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert retry.returncode == 0, (retry.stdout + retry.stderr)[-4000:]
+    assert f"{shard.name} is missing" in retry.stderr
+    assert re.search(r"resuming from \S*/checkpoint-1\b", retry.stderr)
+    assert (out / "ckpt" / "damaged-checkpoint-2").is_dir()
+    with (out / "loss.tsv").open() as fh:
+        assert [int(r["step"]) for r in csv.DictReader(fh, delimiter="\t")] == [1, 2]

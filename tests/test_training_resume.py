@@ -116,3 +116,62 @@ def test_a_cut_run_file_restarts_instead_of_failing_every_retry(tmp_path):
     assert json.loads((root / RUN_FILE).read_text()) == {"seed": 42}
     assert not (root / "checkpoint-4").exists()
     assert not list(root.glob(f".{RUN_FILE}.*"))  # written atomically, nothing left beside
+
+
+def _fake_checkpoint(root: Path, step: int) -> Path:
+    """A checkpoint folder with the kinds of files the Trainer and DeepSpeed write."""
+    import torch
+    from safetensors.torch import save_file
+
+    from spag.training.checkpoints import write_complete_marker
+
+    folder = root / f"checkpoint-{step}"
+    (folder / f"global_step{step}").mkdir(parents=True)
+    save_file({"w": torch.ones(64, 64)}, str(folder / "model.safetensors"))
+    torch.save({"state": torch.zeros(256)}, folder / "optimizer.pt")
+    for rank in (0, 1):
+        torch.save({"p": torch.ones(32)}, folder / f"global_step{step}" / f"rank{rank}_states.pt")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    write_complete_marker(folder, step)
+    return folder
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda f: _truncate(f / "optimizer.pt"), "optimizer.pt has"),
+        (lambda f: (f / "global_step4" / "rank1_states.pt").unlink(), "rank1_states.pt is missing"),
+        (lambda f: _truncate(f / "trainer_state.json"), "trainer_state.json"),
+        (lambda f: _truncate(f / "spag_checkpoint_complete"), "unreadable"),
+    ],
+    ids=["truncated-optimizer", "missing-zero-shard", "truncated-state", "truncated-marker"],
+)
+def test_a_damaged_last_checkpoint_is_set_aside_and_the_previous_resumed(
+    tmp_path, caplog, damage, problem
+):
+    from types import SimpleNamespace
+
+    from spag.training.checkpoints import RUN_FILE, checkpoint_problem, prepare_checkpoint_dir
+
+    root = tmp_path / "ckpt"
+    older, newest = _fake_checkpoint(root, 2), _fake_checkpoint(root, 4)
+    assert checkpoint_problem(older) is None and checkpoint_problem(newest) is None
+    (root / RUN_FILE).write_text(json.dumps({"seed": 1}))
+    damage(newest)
+    cfg = SimpleNamespace(checkpoint_dir=str(root))
+    with caplog.at_level("WARNING"):
+        assert prepare_checkpoint_dir(cfg, {"seed": 1}, is_main=True) == older
+    assert problem in caplog.text and "damaged-checkpoint-4" in caplog.text
+    assert (root / "damaged-checkpoint-4").is_dir() and not newest.exists()
+    # both damaged: training starts from step 0, nothing is deleted
+    _truncate(older / "model.safetensors")
+    assert prepare_checkpoint_dir(cfg, {"seed": 1}, is_main=True) is None
+    assert sorted(p.name for p in root.glob("damaged-*")) == [
+        "damaged-checkpoint-2",
+        "damaged-checkpoint-4",
+    ]

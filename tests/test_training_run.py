@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -210,3 +211,25 @@ def test_side_columns_stay_float32_under_a_bf16_engine(tiny_model_dir, tmp_path)
     with torch.no_grad():
         trainer.compute_loss(model, cast)
     assert trainer._stats["ratio_max"].item() - trainer._stats["ratio_min"].item() > 1e-4
+
+
+def test_a_diverging_run_stops_with_its_step_before_a_checkpoint(
+    scored, tiny_model_dir, tmp_path, capsys
+):
+    """A learning rate that blows the weights up: the next step's gradient norm is not
+    finite; training stops there with exit code 1, and no checkpoint holds that step."""
+    args = _train_args(
+        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "6",
+        "--learning-rate", "1e30", "--save-steps", "1", "--keep-checkpoints",
+    )  # fmt: skip
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    m = re.search(
+        r"spag train: error: training step (\d+): the (gradient norm|loss) is (nan|inf)", err
+    )
+    assert m, err[-2000:]
+    step = int(m.group(1))
+    assert 1 < step <= 6
+    marked = {p.parent.name for p in (tmp_path / "ckpt").glob("*/spag_checkpoint_complete")}
+    assert marked == {f"checkpoint-{s}" for s in range(1, step)}
+    assert not (tmp_path / "model").exists() and not (tmp_path / "loss.tsv").exists()

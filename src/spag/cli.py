@@ -8,13 +8,17 @@ steps (judging, rewards) do not pay for importing torch.
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import importlib
 import logging
 import sys
 
 from spag.allocator import keep_freed_memory
-from spag.errors import SpagInputError
+from spag.errors import SpagInputError, SpagRunError
+
+# Errors of the storage, not of the program: reported as one line naming the file.
+_STORAGE_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 # step name -> (module under spag.commands, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,6 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     except SpagInputError as exc:
         print(f"spag {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except SpagRunError as exc:
+        print(f"spag {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        # A read-only or full results folder: the file and the reason, not a traceback.
+        if exc.errno not in _STORAGE_ERRORS or not exc.filename:
+            raise
+        print(f"spag {args.command}: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
     finally:
         # The step's objects (torch, transformers: millions) need no collection at
         # exit: without this, the interpreter's last garbage collection takes ~1 s.

@@ -6,3 +6,10 @@ class SpagInputError(ValueError):
 
     The message must name the file, row, column or key at fault.
     """
+
+
+class SpagRunError(RuntimeError):
+    """A run that cannot go on (a diverged loss, an output that cannot be written).
+
+    The message must say where (step, file) and what to change.
+    """

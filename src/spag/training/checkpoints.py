@@ -20,6 +20,9 @@ log = logging.getLogger(__name__)
 WORK_LOSS_LOG = "loss_log.tsv"
 # The fingerprint of the run the checkpoints under a checkpoint folder belong to.
 RUN_FILE = "spag_run.json"
+# Damaged checkpoints are renamed with this prefix: kept to look at, never resumed
+# from, and out of the Trainer's `checkpoint-*` rotation.
+DAMAGED_PREFIX = "damaged-"
 
 
 def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> dict:
@@ -45,6 +48,89 @@ def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> d
         world_size=world_size,
     )
     return keep
+
+
+def write_complete_marker(folder: Path, step: int) -> None:
+    """Mark a checkpoint written to the end, with the size of every file in it.
+
+    The sizes let resume notice a file cut short or lost afterwards (a disk that
+    filled up, a ZeRO shard missing) without reading gigabytes of optimizer state.
+    """
+    from spag.training.trainer import COMPLETE_MARKER
+
+    files = {
+        p.relative_to(folder).as_posix(): p.stat().st_size
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != COMPLETE_MARKER
+    }
+    with atomic_path(folder / COMPLETE_MARKER) as tmp:
+        tmp.write_text(json.dumps({"step": step, "files": files}, indent=1) + "\n")
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why a checkpoint marked complete cannot be resumed from, or None if it can.
+
+    Every file the marker lists must be there at its size; JSON files must parse,
+    safetensors headers must describe data the file holds, torch zip archives must
+    have their directory (written last, so a cut file has none).
+    """
+    import zipfile
+
+    from spag.training.trainer import COMPLETE_MARKER
+
+    try:
+        marker = json.loads((folder / COMPLETE_MARKER).read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        return f"{COMPLETE_MARKER} unreadable ({exc})"
+    listed = marker.get("files", {}) if isinstance(marker, dict) else {}
+    for name, size in listed.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were written"
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        name = path.relative_to(folder).as_posix()
+        try:
+            if path.suffix == ".json":
+                json.loads(path.read_text())
+            elif path.suffix == ".safetensors":
+                _check_safetensors(path)
+            elif path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
+                return f"{name} is not a complete torch archive"
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            return f"{name} does not load ({exc})"
+    return None
+
+
+def _check_safetensors(path: Path) -> None:
+    with path.open("rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError("no header")
+        header = json.loads(fh.read(int.from_bytes(head, "little")))
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if 8 + int.from_bytes(head, "little") + end > path.stat().st_size:
+        raise ValueError("data cut short")
+
+
+def set_aside_damaged(root: Path) -> None:
+    """Rename damaged checkpoints (newest first) until the newest left is sound."""
+    for folder in reversed(complete_checkpoints(root)):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return
+        aside = root / f"{DAMAGED_PREFIX}{folder.name}"
+        shutil.rmtree(aside, ignore_errors=True)
+        folder.rename(aside)
+        log.warning(
+            "%s: damaged (%s); set aside as %s, resuming from the previous checkpoint",
+            folder,
+            problem,
+            aside,
+        )
 
 
 def complete_checkpoints(checkpoint_dir: str | os.PathLike) -> list[Path]:
@@ -79,7 +165,9 @@ def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -
             log.warning("%s: unreadable, its checkpoints are not trusted", run_file)
             old = {"unreadable": str(run_file)}
         if old != fingerprint:
-            stale = sorted(root.glob("checkpoint-*"))
+            stale = sorted(root.glob("checkpoint-*")) + sorted(
+                root.glob(f"{DAMAGED_PREFIX}checkpoint-*")
+            )
             if stale or old is not None:
                 log.warning(
                     "%s: checkpoints belong to another run (inputs or settings changed); "
@@ -93,6 +181,7 @@ def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -
                 (root / WORK_LOSS_LOG).unlink()
             with atomic_path(run_file) as tmp:
                 tmp.write_text(json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+        set_aside_damaged(root)
     barrier()
     done = complete_checkpoints(root)
     resume = done[-1] if done else None

@@ -10,6 +10,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
+from spag.training.checkpoints import DAMAGED_PREFIX
 from spag.training.distributed import barrier
 from spag.training.settings import TrainConfig
 
@@ -78,7 +79,8 @@ def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None
             else:
                 t.write_text("")
         if not cfg.keep_checkpoints:
-            for p in Path(cfg.checkpoint_dir).glob("checkpoint-*"):
+            root = Path(cfg.checkpoint_dir)
+            for p in [*root.glob("checkpoint-*"), *root.glob(f"{DAMAGED_PREFIX}checkpoint-*")]:
                 shutil.rmtree(p, ignore_errors=True)
         log.info("wrote %s and %s", final, cfg.loss_log)
     barrier()

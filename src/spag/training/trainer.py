@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from transformers import Trainer, TrainerCallback
 
+from spag.errors import SpagRunError
 from spag.training.collate import LengthGroupedSampler
 from spag.training.losses import offline_po_loss, sft_with_kl_loss
 from spag.training.packing import packed_sequence_logprobs
@@ -196,8 +197,17 @@ class SpagTrainer(Trainer):
             "pad_frac": 1.0 - s["tokens"] / max(s["positions"], 1.0),
         }
 
+    # ---- divergence ----
+    def _get_grad_norm(self, model, grad_norm=None):
+        # Checked before the optimizer step (under DeepSpeed, right after it) and before
+        # any checkpoint of this step: a non-finite update never reaches a checkpoint.
+        grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        _require_finite("gradient norm", grad_norm, self.state.global_step + 1)
+        return grad_norm
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
+            _require_finite("loss", logs["loss"], self.state.global_step)
             logs.update(self._reduced_stats())
             self._reset_stats()
         super().log(logs, start_time)
@@ -210,8 +220,21 @@ class SpagTrainer(Trainer):
         if self.args.world_size > 1 and torch.distributed.is_initialized():
             torch.distributed.barrier()
         if self.args.should_save:
+            from spag.training.checkpoints import write_complete_marker
+
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
-            (folder / COMPLETE_MARKER).write_text(f"{self.state.global_step}\n")
+            write_complete_marker(folder, self.state.global_step)
+
+
+def _require_finite(name: str, value, step: int) -> None:
+    if value is None:
+        return
+    number = float(value.item() if isinstance(value, torch.Tensor) else value)
+    if not math.isfinite(number):
+        raise SpagRunError(
+            f"training step {step}: the {name} is {number}; stopped before it reaches a "
+            "checkpoint (lower the learning rate, or check the samples' rewards)"
+        )
 
 
 class _StatsClock(TrainerCallback):
