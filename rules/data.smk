@@ -30,7 +30,7 @@ rule target_words:
             seed=config["seed"],
         ),
     shell:
-        "spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
+        "exec spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
         " --output-train {output.train:q} --output-test {output.test:q} {params.args}"
         " > {log:q} 2>&1"
 
@@ -60,7 +60,7 @@ if TINY_BASE:
                 seed=config["seed"],
             ),
         shell:
-            "spag build-tiny-model --corpus {input.corpus:q} --output {output:q} {params.args}"
+            "exec spag build-tiny-model --corpus {input.corpus:q} --output {output:q} {params.args}"
             " > {log:q} 2>&1"
 
 else:
@@ -86,7 +86,7 @@ else:
                 gguf_file=config["base_model"]["gguf_file"],
             ),
         shell:
-            "spag prepare-base-model --name-or-path {params.name:q} --output {output:q}"
+            "exec spag prepare-base-model --name-or-path {params.name:q} --output {output:q}"
             " {params.args} > {log:q} 2>&1"
 
 
@@ -106,4 +106,4 @@ rule sft_data:
     params:
         args=cli_args(max_rows=config["data"]["sft_max_rows"], seed=config["seed"]),
     shell:
-        "spag prepare-sft --input {input:q} --output {output:q} {params.args} > {log:q} 2>&1"
+        "exec spag prepare-sft --input {input:q} --output {output:q} {params.args} > {log:q} 2>&1"

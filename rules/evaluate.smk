@@ -29,7 +29,7 @@ rule eval_play:
         opponent=opponent_arg,
         args=eval_play_args(),
     shell:
-        "spag play --model {input.model:q} --opponent {params.opponent:q}"
+        "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch {wildcards.epoch} --seed {params.seed} --model-name epoch{wildcards.epoch}"
         " --opponent-name opponent --threads {params.threads} {params.args} > {log:q} 2>&1"
@@ -49,7 +49,7 @@ rule eval_games:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag eval-games --episodes {input:q} --output {output:q} --epoch {wildcards.epoch}"
+        "exec spag eval-games --episodes {input:q} --output {output:q} --epoch {wildcards.epoch}"
         " --model-name epoch{wildcards.epoch} > {log:q} 2>&1"
 
 
@@ -80,7 +80,7 @@ rule eval_play_baseline:
         opponent=opponent_arg,
         args=eval_play_args(),
     shell:
-        "spag play --model {input.model:q} --opponent {params.opponent:q}"
+        "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch={params.epoch} --seed {params.seed} --model-name {wildcards.model}"
         " --opponent-name opponent --threads {params.threads} {params.args} > {log:q} 2>&1"
@@ -104,7 +104,7 @@ rule eval_games_baseline:
     params:
         epoch=lambda wildcards: model_order(wildcards.model),
     shell:
-        "spag eval-games --episodes {input:q} --output {output:q} --epoch={params.epoch}"
+        "exec spag eval-games --episodes {input:q} --output {output:q} --epoch={params.epoch}"
         " --model-name {wildcards.model} > {log:q} 2>&1"
 
 
@@ -125,7 +125,7 @@ rule eval_reasoning:
     params:
         args=reasoning_args(),
     shell:
-        "spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
+        "exec spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
 
 
@@ -149,7 +149,7 @@ rule epoch_summary:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag summarize-epoch --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
+        "exec spag summarize-epoch --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --eval-games {input.eval_games:q}"
         " --reasoning {input.reasoning:q} --selfplay {input.shards:q}"
         " --selfplay-benchmarks {input.shard_benchmarks:q} --output {output:q}"

@@ -23,7 +23,7 @@ rule teacher_play:
         shard=lambda wildcards: int(wildcards.shard),
         args=teacher_play_args,
     shell:
-        "spag play --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        "exec spag play --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --shard-index {params.shard} --num-shards {params.num_shards} --epoch 0"
         " --seed {params.seed} {params.args} > {log:q} 2>&1"
 
@@ -48,7 +48,7 @@ rule teacher_games:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
+        "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
         " --counts {output.counts:q} --epoch 0 > {log:q} 2>&1"
 
 
@@ -69,7 +69,7 @@ rule imitation_samples:
     params:
         seed=config["seed"],
     shell:
-        "spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
+        "exec spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
         " --output {output:q} --seed {params.seed} > {log:q} 2>&1"
 
 
@@ -91,7 +91,7 @@ rule score_imitation:
     params:
         args=score_args("imitation"),
     shell:
-        "spag score-ref --model {input.model:q} --samples {input.samples:q}"
+        "exec spag score-ref --model {input.model:q} --samples {input.samples:q}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
 
 
@@ -116,6 +116,6 @@ rule train_imitation:
         checkpoints=str(CHECKPOINTS / "imitation"),
         args=train_args("imitation"),
     shell:
-        "{params.launch} spag train --model {input.model:q}"
+        "exec {params.launch} spag train --model {input.model:q}"
         " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"
         " --checkpoint-dir {params.checkpoints:q} {params.args} > {log:q} 2>&1"

@@ -29,7 +29,7 @@ for _unit, (_family, _env, _launch, _flags) in PREFLIGHT_UNITS.items():
             launch=_launch,
             flags=_flags,
         shell:
-            "{params.launch} spag preflight --family {params.unit} --output {output:q}"
+            "exec {params.launch} spag preflight --family {params.unit} --output {output:q}"
             " {params.flags} > {log:q} 2>&1"
 
 
@@ -50,5 +50,5 @@ rule preflight:
         # results/preflight: the reports' folder, above their work folder
         out=lambda wildcards, input: os.path.dirname(os.path.dirname(input[0])),
     shell:
-        "spag preflight-report --inputs {input:q} --output-dir {params.out:q} 2>&1"
+        "exec spag preflight-report --inputs {input:q} --output-dir {params.out:q} 2>&1"
         " | tee {log:q}"

@@ -54,7 +54,7 @@ rule summary_tables:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag summarize-run --epoch-summaries {input.epochs:q}"
+        "exec spag summarize-run --epoch-summaries {input.epochs:q}"
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
         " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
         " --eval-games-output {output.eval_games:q} > {log:q} 2>&1"
@@ -92,7 +92,7 @@ rule plots:
         loss=lambda wildcards: labelled(run_losses()),
         benchmarks=lambda wildcards: labelled(run_benchmarks()),
     shell:
-        "spag plot-run --output-dir {params.outdir:q} --summary {input.summary:q}"
+        "exec spag plot-run --output-dir {params.outdir:q} --summary {input.summary:q}"
         " --reasoning {input.reasoning:q} --eval-games {input.eval_games:q}"
         " --samples {params.samples:q} --loss {params.loss:q}"
         " --benchmarks {params.benchmarks:q} > {log:q} 2>&1"
@@ -124,7 +124,7 @@ rule epoch_plots:
     params:
         outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
-        "spag plot-epoch --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
+        "exec spag plot-epoch --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --episodes {input.episodes:q}"
         " > {log:q} 2>&1"
 

@@ -24,7 +24,7 @@ rule selfplay:
         shard=lambda wildcards: int(wildcards.shard),
         args=play_args(),
     shell:
-        "spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
+        "exec spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
         " --output {output:q} --shard-index {params.shard} --num-shards {params.num_shards}"
         " --epoch {wildcards.epoch} --seed {params.seed} --threads {params.threads} {params.args}"
         " > {log:q} 2>&1"
@@ -45,5 +45,5 @@ rule merge_episodes:
     resources:
         **job_resources("cpu"),
     shell:
-        "spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
+        "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
         " --counts {output.counts:q} --epoch {wildcards.epoch} > {log:q} 2>&1"

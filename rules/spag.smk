@@ -20,7 +20,7 @@ rule assign_rewards:
         decay=config["rewards"]["decay"],
         seed=epoch_seed,
     shell:
-        "spag assign-rewards --episodes {input.episodes:q} --output {output:q}"
+        "exec spag assign-rewards --episodes {input.episodes:q} --output {output:q}"
         " --sft-data {input.sft:q} --decay-weight {params.decay} --seed {params.seed}"
         " --prompts {input.prompts:q} > {log:q} 2>&1"
 
@@ -43,7 +43,7 @@ rule score_ref:
     params:
         args=score_args("spag"),
     shell:
-        "spag score-ref --model {input.model:q} --samples {input.samples:q}"
+        "exec spag score-ref --model {input.model:q} --samples {input.samples:q}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
 
 
@@ -68,6 +68,6 @@ rule train_spag:
         checkpoints=str(CHECKPOINTS / "epoch{epoch}"),
         args=train_args("spag"),
     shell:
-        "{params.launch} spag train --model {input.model:q}"
+        "exec {params.launch} spag train --model {input.model:q}"
         " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"
         " --checkpoint-dir {params.checkpoints:q} {params.args} > {log:q} 2>&1"

@@ -77,8 +77,8 @@ def test_every_node_step_asks_for_its_cpus_and_gpus(gpus, nodes, cpus):
     """The inner srun carries the node's CPUs and GPUs (the job-step plugin strips SLURM_*
     and srun does not inherit --cpus-per-task), and every rank its share of the CPUs."""
     words = shlex.split(torchrun_prefix(gpus, nodes, cpus))
-    assert words[0] == f"OMP_NUM_THREADS={max(cpus // gpus, 1)}"
-    srun = words[1 : words.index("torchrun")]
+    assert words[:2] == ["env", f"OMP_NUM_THREADS={max(cpus // gpus, 1)}"]
+    srun = words[2 : words.index("torchrun")]
     assert srun[0] == "srun"
     assert _flag(srun, "--cpus-per-task") == str(cpus)
     assert f"--gres=gpu:{gpus}" in srun
@@ -86,7 +86,7 @@ def test_every_node_step_asks_for_its_cpus_and_gpus(gpus, nodes, cpus):
 
 def test_cpu_nodes_ask_for_no_gpus():
     words = shlex.split(torchrun_prefix(0, 2, 16))
-    assert words[0] == "OMP_NUM_THREADS=16"
+    assert words[:2] == ["env", "OMP_NUM_THREADS=16"]
     assert not [w for w in words if "gpu" in w]
 
 
@@ -94,7 +94,7 @@ def test_cpu_nodes_ask_for_no_gpus():
 def test_one_node_ranks_share_the_cpus(gpus, cpus, threads):
     # torchrun alone would give every rank OMP_NUM_THREADS=1
     words = shlex.split(torchrun_prefix(gpus, 1, cpus))
-    assert words[:2] == [f"OMP_NUM_THREADS={threads}", "torchrun"]
+    assert words[:3] == ["env", f"OMP_NUM_THREADS={threads}", "torchrun"]
     assert torchrun_prefix(1, 1, cpus) == ""
 
 

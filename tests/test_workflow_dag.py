@@ -285,3 +285,24 @@ def test_an_endpoint_opponent_leaves_the_gpu_to_the_model(workdir):
         env=env,
     )  # fmt: skip
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+
+
+def test_every_rule_execs_its_step(workdir):
+    """No shell stays between Snakemake and a step (tests/test_faults.py kills one)."""
+    res = snakemake(
+        workdir,
+        "all",
+        "preflight",
+        "-n",
+        "-p",
+        config={"resources": {"train": {"gpus": 2, "cpus": 4}}},
+    )
+    assert res.returncode == 0, res.stderr
+    commands = [
+        line.removeprefix("Shell command: ")
+        for line in res.stdout.splitlines()
+        if line.startswith("Shell command: ") and line != "Shell command: None"
+    ]
+    assert len(commands) > 20
+    assert [c for c in commands if not c.startswith("exec ")] == []
+    assert any(c.startswith("exec env OMP_NUM_THREADS=2 torchrun") for c in commands)

@@ -84,6 +84,12 @@ def failing_shards_env(*shards: int) -> dict[str, str]:
     return {"PYTHONPATH": path, "SPAG_TEST_FAIL_SHARDS": ",".join(map(str, shards))}
 
 
+def slow_step_env(step: str, seconds: float) -> dict[str, str]:
+    """Environment that makes `spag <step>` sleep before it runs (tests/faults)."""
+    path = os.pathsep.join(p for p in (str(FAULTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "SPAG_TEST_SLOW_STEP": f"{step}:{seconds}"}
+
+
 _JOB_ROW = re.compile(r"^(\w+)\s+(\d+)$")
 
 

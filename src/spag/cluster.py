@@ -58,8 +58,9 @@ def threads_per_rank(cpus: int | None, procs: int) -> int | None:
 def _omp(cpus: int | None, procs: int) -> str:
     # torchrun sets OMP_NUM_THREADS=1 for several processes per node: CPU Adam's OpenMP
     # loop (ZeRO offload) and the data path would then run on one core per rank.
+    # `env` rather than a bare assignment: rule shells `exec` their prefix.
     n = threads_per_rank(cpus, procs)
-    return "" if n is None else f"OMP_NUM_THREADS={n} "
+    return "" if n is None else f"env OMP_NUM_THREADS={n} "
 
 
 def srun_torchrun_prefix(

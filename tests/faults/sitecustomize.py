@@ -32,3 +32,26 @@ if _value.strip():
             return _real_run(args)
 
         _play.run = _run
+
+# ``SPAG_TEST_SLOW_STEP=target-words:6``: that step sleeps 6 s before it runs, so a
+# test can kill the job's process while the step is under way.
+SLOW_ENV = "SPAG_TEST_SLOW_STEP"
+_slow = os.environ.get(SLOW_ENV, "")
+if _slow.strip():
+    import importlib
+    import time
+
+    _step, _, _seconds = _slow.partition(":")
+    try:
+        from spag.cli import COMMANDS as _commands
+    except ImportError:
+        _commands = {}
+    if _step in _commands:
+        _module = importlib.import_module(f"spag.commands.{_commands[_step][0]}")
+        _slow_run = _module.run
+
+        def _run_slowly(args, _real=_slow_run):
+            time.sleep(float(_seconds))
+            return _real(args)
+
+        _module.run = _run_slowly
