@@ -9,7 +9,12 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from spag.config import check_backend_available, check_run_inputs, validate_config
+from spag.config import (
+    check_backend_available,
+    check_run_inputs,
+    check_word_source,
+    validate_config,
+)
 from spag.training.settings import stage_arguments
 from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
@@ -72,6 +77,9 @@ def epoch_path(*parts):
 
 WORDS_TRAIN = result("words", "train.txt")
 WORDS_TEST = result("words", "test.txt")
+# The word source is read before any job until the word lists exist.
+if not Path(WORDS_TRAIN).exists():
+    check_word_source(config)
 BASE_MODEL = result("base_model")
 # The base model's inputs are checked before any job, until the base model is built
 # (then they are no longer read, and the check would only slow every start).

@@ -84,3 +84,28 @@ def test_settings_that_fail_hours_in_are_refused_before_any_job(sections, messag
             cfg[section] = values
     with pytest.raises(SpagInputError, match=message):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize(
+    "words,lines,message",
+    [
+        ({"num_train": 19000, "num_test": 100},
+         None, r"'words.num_train' \+ 'words.num_test' = 19100, but 'words.source' \(wordfreq"),
+        ({"num_train": 4, "num_test": 2, "source": "{list}"},
+         ["apple", "pear", "plum", "fig", "kiwi"], r"gives only 5 usable words"),
+        ({"source": "{list}"}, ["apple", "new york"], r"key 'words.source': .*new york"),
+        ({"source": "/no/such/words.txt"}, None, r"key 'words.source'"),
+    ],
+)  # fmt: skip
+def test_a_word_source_too_small_is_refused_before_any_job(tmp_path, words, lines, message):
+    from spag.config import check_word_source
+
+    cfg = copy.deepcopy(BASE)
+    listed = tmp_path / "words.txt"
+    if lines is not None:
+        listed.write_text("\n".join(lines) + "\n")
+    cfg["words"].update({k: str(v).format(list=listed) if k == "source" else v
+                         for k, v in words.items()})  # fmt: skip
+    cfg["words"]["stopwords"] = str(REPO / "data" / "stopwords.txt")
+    with pytest.raises(SpagInputError, match=message):
+        check_word_source(validate_config(cfg))

@@ -143,6 +143,8 @@ def test_report_tables_and_plots_take_every_model(workdir):
         # refused by spag.cluster.family_resources when the rules are parsed
         ({"resources": {"train": {"mem_mb": 5000, "max_mem_mb": 1000}}}, "train.max_mem_mb"),
         ({"resources": {"selfplay": {"slurm_extra": "--qos=high"}}}, "resources.selfplay.qos"),
+        # more words than the source gives (spag.config.check_word_source)
+        ({"words": {"num_train": 30000}}, "'words.num_train' + 'words.num_test'"),
     ],
 )
 def test_bad_config_fails_before_any_job_naming_the_key(workdir, bad, key):
@@ -166,14 +168,15 @@ def test_missing_data_file_fails_before_any_job_naming_it(workdir):
     assert "Job stats" not in res.stdout
 
 
-def test_user_word_list_with_bad_word_fails_in_its_own_job(tmp_path):
-    """A word list with a shell metacharacter is refused by the word step, naming the line."""
+def test_user_word_list_with_bad_word_fails_before_any_job_naming_the_line(tmp_path):
+    """A word list with a shell metacharacter is refused when the plan is made."""
     wd = make_workdir(tmp_path / "words")
     (wd / "words.txt").write_text("apple\n\nbanana\napple\n$(reboot)\n")
     res = snakemake(wd, "results/words/train.txt", config={"words": {"source": "words.txt"}})
     assert res.returncode != 0
-    log = (wd / "results/logs/target_words.log").read_text()
-    assert "words.txt:5" in log and "$(reboot)" in log
+    out = res.stderr + res.stdout
+    assert "key 'words.source'" in out and "words.txt:5" in out and "$(reboot)" in out
+    assert "Job stats" not in res.stdout
     assert not (wd / "results/words/train.txt").exists()
 
 

@@ -129,6 +129,29 @@ def check_run_inputs(config: dict[str, Any]) -> None:
         )
 
 
+def check_word_source(config: dict[str, Any], source: str = "config") -> None:
+    """The word source gives ``words.num_train + words.num_test`` words (made before the
+    target-word job, which would otherwise fail naming its flags, not the keys)."""
+    from spag.data.words import usable_words
+
+    w = config["words"]
+    need = w["num_train"] + w["num_test"]
+    try:
+        words, name = usable_words(
+            w["source"],
+            stopwords=w["stopwords"],
+            min_length=w["min_length"],
+            max_length=w["max_length"],
+        )
+    except (SpagInputError, OSError) as exc:
+        raise SpagInputError(f"{source}: key 'words.source': {exc}") from None
+    if len(words) < need:
+        raise SpagInputError(
+            f"{source}: keys 'words.num_train' + 'words.num_test' = {need}, but "
+            f"'words.source' ({name}) gives only {len(words)} usable words"
+        )
+
+
 def _check_cross_keys(config: dict[str, Any], source: str) -> None:
     """Settings that are valid alone but not together, found before any job."""
     words = config["words"]

@@ -33,39 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spag.data.words import (
-        clean_word_list,
-        filter_candidates,
-        read_stopwords,
-        split_words,
-        wordfreq_candidates,
-        write_word_list,
-    )
-    from spag.errors import SpagInputError
+    from spag.data.words import split_words, usable_words, write_word_list
 
-    if args.source == "wordfreq":
-        if args.min_length < 1 or args.max_length < args.min_length:
-            raise SpagInputError(
-                f"bad length bounds --min-length {args.min_length} --max-length {args.max_length}"
-            )
-        stop = read_stopwords(args.stopwords) if args.stopwords else set()
-        raw = wordfreq_candidates(args.lang, args.top_n)
-        words = filter_candidates(
-            raw, stopwords=stop, min_length=args.min_length, max_length=args.max_length
-        )
-        source = f"wordfreq top {args.top_n} ({args.lang})"
-        log.info("%s: %d candidates, %d kept after filtering", source, len(raw), len(words))
-    else:
-        words, report = clean_word_list(args.source)
-        source = args.source
-        log.info(
-            "%s: %d words kept; dropped %d blank lines and %d repeats; lower-cased %d",
-            source,
-            report.kept,
-            report.blank,
-            report.duplicates,
-            report.changed_case,
-        )
+    words, source = usable_words(
+        args.source,
+        stopwords=args.stopwords or None,
+        min_length=args.min_length,
+        max_length=args.max_length,
+        lang=args.lang,
+        top_n=args.top_n,
+    )
     train, test = split_words(words, args.num_train, args.num_test, args.seed, source=source)
     write_word_list(train, args.output_train)
     write_word_list(test, args.output_test)

@@ -173,6 +173,39 @@ def wordfreq_candidates(lang: str = "en", top_n: int = 20000) -> list[str]:
         raise SpagInputError(f"wordfreq has no word list for language {lang!r}: {exc}") from exc
 
 
+def usable_words(
+    source: str,
+    *,
+    stopwords: str | os.PathLike | None = None,
+    min_length: int = 3,
+    max_length: int = 12,
+    lang: str = "en",
+    top_n: int = 20000,
+) -> tuple[list[str], str]:
+    """The words a source offers and a name for it: ``wordfreq`` (filtered by the stop
+    words and length bounds) or a word-list file (cleaned, no filter applied)."""
+    if source == "wordfreq":
+        if min_length < 1 or max_length < min_length:
+            raise SpagInputError(f"bad length bounds: min {min_length}, max {max_length}")
+        raw = wordfreq_candidates(lang, top_n)
+        words = filter_candidates(
+            raw, stopwords=read_stopwords(stopwords), min_length=min_length, max_length=max_length
+        )
+        name = f"wordfreq top {top_n} ({lang})"
+        log.info("%s: %d candidates, %d kept after filtering", name, len(raw), len(words))
+        return words, name
+    words, report = clean_word_list(source)
+    log.info(
+        "%s: %d words kept; dropped %d blank lines and %d repeats; lower-cased %d",
+        source,
+        report.kept,
+        report.blank,
+        report.duplicates,
+        report.changed_case,
+    )
+    return words, str(source)
+
+
 def split_words(
     words: Sequence[str], num_train: int, num_test: int, seed: int, source: str = "word list"
 ) -> tuple[list[str], list[str]]:
