@@ -109,3 +109,20 @@ def test_a_word_source_too_small_is_refused_before_any_job(tmp_path, words, line
     cfg["words"]["stopwords"] = str(REPO / "data" / "stopwords.txt")
     with pytest.raises(SpagInputError, match=message):
         check_word_source(validate_config(cfg))
+
+
+def test_nested_command_line_values_are_read_as_yaml():
+    """Snakemake's --config 'selfplay={num_shards: 2}' hands nested values over as strings."""
+    cfg = copy.deepcopy(BASE)
+    cfg["selfplay"].update({"num_shards": "2", "top_p": "0.9", "tensor_parallel_size": "null"})
+    cfg["resources"] = {"selfplay": {"cpus": "2", "max_mem_mb": "~", "qos": "123"}}
+    cfg["offline"] = "false"
+    validate_config(cfg)
+    assert cfg["selfplay"]["num_shards"] == 2 and cfg["selfplay"]["top_p"] == 0.9
+    assert cfg["selfplay"]["tensor_parallel_size"] is None and cfg["offline"] is False
+    assert cfg["resources"]["selfplay"]["cpus"] == 2
+    assert cfg["resources"]["selfplay"]["max_mem_mb"] is None
+    assert cfg["resources"]["selfplay"]["qos"] == "123"  # a string key stays a string
+    cfg["selfplay"]["num_shards"] = "two"
+    with pytest.raises(SpagInputError, match=r"key 'selfplay.num_shards': 'two'"):
+        validate_config(cfg)

@@ -309,3 +309,16 @@ def test_every_rule_execs_its_step(workdir):
     assert len(commands) > 20
     assert [c for c in commands if not c.startswith("exec ")] == []
     assert any(c.startswith("exec env OMP_NUM_THREADS=2 torchrun") for c in commands)
+
+
+def test_nested_config_on_the_command_line_plans(workdir):
+    res = snakemake(
+        workdir,
+        "spag_epoch1",
+        "-n",
+        "--config",
+        "selfplay={num_shards: 4}",
+        "resources={selfplay: {cpus: 2}}",
+    )
+    assert res.returncode == 0, res.stderr
+    assert job_counts(res.stdout)["selfplay"] == 4

@@ -45,12 +45,60 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
+_TYPE_CHECKS = {
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _coerce_strings(instance: Any, schema: dict[str, Any], root: dict[str, Any]) -> None:
+    """Read as YAML the strings of keys whose schema takes no string.
+
+    Snakemake's ``--config 'selfplay={num_shards: 2}'`` hands nested values over as
+    strings (its YAML base loader); top-level ones it converts itself.
+    """
+    if not isinstance(instance, dict):
+        return
+    ref = schema.get("$ref", "")
+    if ref.startswith("#/"):
+        target = root
+        for part in ref[2:].split("/"):
+            target = target[part]
+        schema = {**target, **schema}
+    properties = schema.get("properties", {})
+    for key, value in instance.items():
+        sub = properties.get(key)
+        if sub is None and isinstance(schema.get("additionalProperties"), dict):
+            sub = schema["additionalProperties"]
+        if sub is None:
+            continue
+        if isinstance(value, dict):
+            _coerce_strings(value, sub, root)
+            continue
+        types = sub.get("type", [])
+        types = [types] if isinstance(types, str) else types
+        if not isinstance(value, str) or not types or "string" in types:
+            continue
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            continue
+        if any(_TYPE_CHECKS.get(t, lambda v: False)(parsed) for t in types):
+            instance[key] = parsed
+
+
 def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Validate ``config`` in place (filling defaults) and return it.
 
     Raises :class:`SpagInputError` listing every wrong or unknown key by its path.
     """
-    errors = sorted(_Validator(load_schema()).iter_errors(config), key=lambda e: list(e.path))
+    schema = load_schema()
+    _coerce_strings(config, schema, schema)
+    errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.path))
     if errors:
         lines = []
         for err in errors:
