@@ -184,19 +184,26 @@ def epoch_targets(epoch):
     """What spag_epoch{N} builds: M(N), and the evaluations of the base model, M0 ... M(N).
 
     Earlier epochs' evaluations are cheap next to their training and give the curve
-    that the paper's claim is about. The self-play shards are targets too: Snakemake
-    does not rebuild a removed intermediate file whose dependents are up to date, and
-    a user who removes one shard wants it rebuilt, with what depends on it.
+    that the paper's claim is about. Every intermediate file of those epochs is a
+    target too: Snakemake does not rebuild a removed intermediate whose dependents are
+    up to date, and a user who removes one (a shard, the episodes) wants it rebuilt,
+    with what depends on it.
     """
     targets = [
         model_of_epoch(epoch),
         *imitation_targets(),
+        WORDS_TRAIN,
+        WORDS_TEST,
+        SFT_DATA,
         REASONING.format(model="base"),
     ]
     targets.append(REASONING.format(model="imitation"))
     targets += [BASELINE_TABLE.format(model=m) for m in BASELINE_MODELS]
     for e in range(1, int(epoch) + 1):
         targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
+        targets += [
+            p.format(epoch=e) for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)
+        ]
         targets += [
             EVAL_TABLE.format(epoch=e),
             REASONING.format(model=f"epoch{e}"),
@@ -295,9 +302,13 @@ def teacher_shards(wildcards=None):
 
 
 def imitation_targets():
-    """M0, and with teacher games their shards: like self-play shards, a removed one
-    is rebuilt (Snakemake does not rebuild an intermediate file on its own)."""
-    return [IMITATION_MODEL, *(teacher_shards() if TEACHER else [])]
+    """M0 and every file it is built from (with teacher games their shards): like
+    self-play files, a removed one is rebuilt (Snakemake does not rebuild an
+    intermediate file on its own)."""
+    inputs = [BASE_MODEL, IMITATION_SAMPLES, IMITATION_SCORED, IMITATION_LOSS]
+    if TEACHER:
+        inputs += [*teacher_shards(), TEACHER_EPISODES, TEACHER_OUTCOMES]
+    return [IMITATION_MODEL, *inputs]
 
 
 # ---------------------------------------------------------------- resources

@@ -97,3 +97,38 @@ def test_a_killed_job_process_leaves_no_step_running_and_no_output(tmp_path):
         p.kill()
     assert not leftover, [p.cmdline() for p in leftover]
     assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (lambda m: (m / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+        (lambda m: (m / "model.safetensors").write_bytes(b"cut"), "model.safetensors has 3 bytes"),
+    ],
+    ids=["file-deleted", "weights-cut"],
+)
+def test_a_damaged_model_folder_is_noticed_and_set_aside(
+    tiny_model_dir, tmp_path, capsys, damage, problem
+):
+    """A model folder the project wrote carries a manifest; the step that reads a damaged
+    one stops naming it and the file, and renames it aside so the next run rebuilds it."""
+    from spag.cli import main
+    from spag.data.tables import MANIFEST, atomic_dir
+
+    model = tmp_path / "results" / "imitation" / "model"
+    with atomic_dir(model) as tmp:
+        shutil.copytree(tiny_model_dir, tmp, dirs_exist_ok=True)
+    assert (model / MANIFEST).is_file()
+    damage(model)
+    samples = tmp_path / "samples.parquet"
+    from training_samples import sample_rows, write_samples
+
+    write_samples(samples, sample_rows(4))
+    rc = main(["score-ref", "--model", str(model), "--samples", str(samples),
+               "--output", str(tmp_path / "scored.parquet")])  # fmt: skip
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"model folder {model} is damaged ({problem}" in err
+    assert "the next run rebuilds it" in err
+    assert not model.exists() and (model.parent / "model.damaged").is_dir()
+    assert not (tmp_path / "scored.parquet").exists()

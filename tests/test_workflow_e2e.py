@@ -1,5 +1,6 @@
-"""A tiny end-to-end run: a shard that fails, the rerun of exactly that shard, and
-the rebuild of one removed shard with nothing else redone."""
+"""A tiny end-to-end run: a shard that fails, the rerun of exactly that shard, the
+rebuild of one removed shard with nothing else redone, and the plan after a removed
+intermediate file."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert shard0.read_bytes() == before
     assert {p: _fingerprint(p) for p in untouched} == untouched
+
+    # 5. The epoch's target means what it says: a removed intermediate (the episodes)
+    #    is planned again with its dependents, the shards are not.
+    (wd / "results/epoch1/episodes.parquet").unlink()
+    res = snakemake(wd, "spag_epoch1", "-n")
+    assert res.returncode == 0, res.stderr
+    expected = {k: v for k, v in DOWNSTREAM_OF_SHARD.items() if k != "selfplay"}
+    assert dict(job_counts(res.stdout + res.stderr)) == expected
 
 
 def _planned_outputs(dry_run_stdout: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -74,9 +75,45 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
         raise
 
 
+# Written into every folder output (models): each file's size, so that a file lost or
+# cut later is noticed by the step that reads the folder (spag.generation.base).
+MANIFEST = "spag_manifest.json"
+
+
+def write_manifest(folder: str | os.PathLike) -> None:
+    root = Path(folder)
+    files = {
+        p.relative_to(root).as_posix(): p.stat().st_size
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    (root / MANIFEST).write_text(json.dumps({"files": files}, indent=1) + "\n")
+
+
+def manifest_problem(folder: str | os.PathLike) -> str | None:
+    """What differs from the folder's manifest (None: as written, or no manifest)."""
+    root = Path(folder)
+    try:
+        text = (root / MANIFEST).read_text()
+    except FileNotFoundError:
+        return None  # a folder this project did not write (a user's local model)
+    try:
+        files = json.loads(text)["files"]
+    except (ValueError, KeyError, TypeError):
+        return f"{MANIFEST} unreadable"
+    for name, size in files.items():
+        p = root / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != size:
+            return f"{name} has {p.stat().st_size} bytes, {size} were written"
+    return None
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Like :func:`atomic_path` for a folder: built under a temporary name, then renamed."""
+    """Like :func:`atomic_path` for a folder: built under a temporary name, then renamed
+    (with its manifest)."""
     import shutil
 
     final = Path(path)
@@ -90,6 +127,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     tmp.chmod(0o755)  # mkdtemp makes it private; a model folder is shared like any output
     try:
         yield tmp
+        write_manifest(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -11,6 +11,7 @@ a game played with ``hf`` or ``vllm`` sees the same token ids as training.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -92,6 +93,7 @@ def check_model_dir(path: str | Path) -> Path:
     p = Path(path)
     if not p.is_dir():
         raise SpagInputError(f"model folder not found: {p}")
+    check_manifest(p)
     if not (p / "config.json").is_file():
         raise SpagInputError(f"{p}: not a model folder (no config.json)")
     if not any((p / name).is_file() for name in TOKENIZER_FILES):
@@ -102,6 +104,27 @@ def check_model_dir(path: str | Path) -> Path:
     if not any(p.glob("*.safetensors")):
         raise SpagInputError(f"{p}: no *.safetensors weights (other weight formats are not loaded)")
     return p
+
+
+def check_manifest(folder: Path) -> None:
+    """A model folder this project wrote must still hold what it wrote; a damaged one is
+    renamed aside so that the next run rebuilds it (its rule's output is then missing)."""
+    from spag.data.tables import manifest_problem
+
+    problem = manifest_problem(folder)
+    if problem is None:
+        return
+    aside = folder.with_name(f"{folder.name}.damaged")
+    try:
+        if aside.exists():
+            shutil.rmtree(aside)
+        folder.rename(aside)
+        moved = f"set aside as {aside}: the next run rebuilds it"
+    except FileNotFoundError:
+        moved = f"set aside as {aside} by another job: the next run rebuilds it"
+    except OSError as exc:
+        moved = f"not set aside ({exc.strerror}): remove it, and the next run rebuilds it"
+    raise SpagInputError(f"model folder {folder} is damaged ({problem}); {moved}")
 
 
 def model_max_positions(model_dir: str | Path) -> int | None:

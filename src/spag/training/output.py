@@ -41,7 +41,7 @@ def copy_tokenizer_files(src: str | os.PathLike, dst: str | os.PathLike) -> list
 
 def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None:
     """Write the model folder and the loss log under temporary names, then rename them."""
-    from spag.data.tables import atomic_path
+    from spag.data.tables import atomic_path, write_manifest
 
     final = Path(cfg.output)
     tmp = final.parent / f".{final.name}.partial"
@@ -70,6 +70,7 @@ def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None
         tmp.chmod(0o755)
         for f in tmp.rglob("*"):
             f.chmod(0o755 if f.is_dir() else 0o644)
+        write_manifest(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

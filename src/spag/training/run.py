@@ -94,8 +94,10 @@ def train(cfg: TrainConfig) -> Path:
     ):
         if getattr(cfg, name) < 1:
             raise SpagInputError(f"--{name.replace('_', '-')} must be positive")
-    if not (Path(cfg.model) / "config.json").is_file():
-        raise SpagInputError(f"--model {cfg.model}: not a model folder (no config.json)")
+    from spag.generation.base import check_model_dir
+
+    for folder in {cfg.model, cfg.ref_model or cfg.model}:
+        check_model_dir(folder)
     ref_dir = cfg.ref_model or cfg.model
     # Before anything is loaded: a GPU job without working CUDA stops here.
     device = select_device(cfg.device, "spag train")

@@ -206,6 +206,7 @@ def score_file(
     """
     import torch
 
+    from spag.generation.base import check_model_dir
     from spag.training.collate import build_features, check_sample_table, pad_token_id
 
     if batch_size < 1:
@@ -213,6 +214,7 @@ def score_file(
     # Before anything is loaded: a GPU job without working CUDA stops here.
     device = torch.device(select_device(device, "spag score-ref"))
     table = check_sample_table(read_parquet(samples, "samples"), samples, need_ref=False)
+    check_model_dir(model_dir)
     identity = model_identity(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
     model.to(device)
