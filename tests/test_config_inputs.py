@@ -73,6 +73,11 @@ def test_the_packaged_model_with_chat_passes():
         ({"words": {"min_length": 9, "max_length": 4}}, r"'words.min_length' \(9\) is above"),
         ({"evaluation": {"opponent": "openai:ftp://h/v1?model=m"}},
          r"key 'evaluation.opponent'.*http:// or https://"),
+        ({"evaluation": {"opponent": "openai:http://127.0.0.1:9/v1?model=m&timeout=nan"}},
+         r"key 'evaluation.opponent'.*finite timeout"),
+        ({"spag": {"learning_rate": float("nan")}}, r"key 'spag.learning_rate': nan is not a finite"),
+        ({"selfplay": {"temperature": float("inf")}}, r"key 'selfplay.temperature': inf is not"),
+        ({"rewards": {"decay": float("nan")}}, r"key 'rewards.decay': nan"),
     ],
 )  # fmt: skip
 def test_settings_that_fail_hours_in_are_refused_before_any_job(sections, message):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,17 @@ def _coerce_strings(instance: Any, schema: dict[str, Any], root: dict[str, Any])
             instance[key] = parsed
 
 
+def _non_finite(node: Any, path: str = "") -> Iterator[tuple[str, float]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _non_finite(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _non_finite(value, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        yield path, node
+
+
 def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
     """Validate ``config`` in place (filling defaults) and return it.
 
@@ -99,8 +112,13 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
     schema = load_schema()
     _coerce_strings(config, schema, schema)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.path))
-    if errors:
-        lines = []
+    # JSON Schema bounds let NaN through (every comparison with it is false) and no
+    # setting means anything at infinity.
+    non_finite = [
+        f"key '{key}': {value} is not a finite number" for key, value in _non_finite(config)
+    ]
+    if errors or non_finite:
+        lines = non_finite
         for err in errors:
             if err.validator == "additionalProperties":
                 extra = sorted(set(err.instance) - set(err.schema.get("properties", {})))
