@@ -16,6 +16,8 @@ from spag.config import (
     validate_config,
 )
 from spag.training.settings import stage_arguments
+from spag.tracking import check_trackers_available, config_digest, workflow_environment
+from spag.provenance import git_info
 from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
 from spag.data.words import read_word_list
@@ -24,12 +26,14 @@ from spag.generation.openai_backend import is_endpoint_spec
 
 validate_config(config, source="config")
 if not workflow.remote_exec:
-    check_backend_available(
-        config,
-        # Only conda: no rule names a container.
-        env_per_rule=DeploymentMethod.CONDA
-        in workflow.deployment_settings.deployment_method,
+    # Only conda: no rule names a container.
+    _env_per_rule = (
+        DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
     )
+    check_backend_available(config, env_per_rule=_env_per_rule)
+    if not _env_per_rule:
+        # Jobs run beside Snakemake: a tracker it cannot import would stop training.
+        check_trackers_available(config["tracking"]["report_to"])
 
 if config["offline"]:
     # The embedded default never waits on the hub; jobs inherit this.
@@ -116,6 +120,16 @@ SUMMARY_EPOCHS = result("summary", "epochs.tsv")
 SUMMARY_REASONING = result("summary", "reasoning.tsv")
 SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
 PLOTS_DIR = result("plots")
+RUN_INFO = result("run_info.json")
+# What produced the results, on the summary tables (spag.provenance).
+_git = git_info(workflow.basedir)
+PROJECT_COMMIT = (
+    f"{_git['commit'][:12]}{'-dirty' if _git['dirty'] else ''}" if _git else "unknown"
+)
+CONFIG_DIGEST = config_digest(config)
+# Tracking names reach the jobs through the environment (spag.tracking): renaming a
+# run or adding a tracker reruns no job.
+os.environ.update(workflow_environment(config, ".", tracking_dir=result("tracking")))
 
 
 def shard_name(shard):
@@ -202,7 +216,8 @@ def epoch_targets(epoch):
     for e in range(1, int(epoch) + 1):
         targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
         targets += [
-            p.format(epoch=e) for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)
+            p.format(epoch=e)
+            for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)
         ]
         targets += [
             EVAL_TABLE.format(epoch=e),

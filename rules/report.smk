@@ -2,9 +2,12 @@
 # The plot files are spag.report.names' (RUN_PLOTS, EPOCH_PLOTS); every plot is
 # marked for the report with its caption report/<key>.rst or report/epoch_<key>.rst.
 
+import json
+
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
 
 REPORT_TARGETS = [
+    RUN_INFO,
     SUMMARY_EPOCHS,
     SUMMARY_REASONING,
     SUMMARY_EVAL_GAMES,
@@ -53,11 +56,15 @@ rule summary_tables:
         "../envs/spag.yaml"
     resources:
         **job_resources("cpu"),
+    params:
+        commit=PROJECT_COMMIT,
+        digest=CONFIG_DIGEST,
     shell:
         "exec spag summarize-run --epoch-summaries {input.epochs:q}"
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
         " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
-        " --eval-games-output {output.eval_games:q} > {log:q} 2>&1"
+        " --eval-games-output {output.eval_games:q} --commit {params.commit:q}"
+        " --config-digest {params.digest:q} > {log:q} 2>&1"
 
 
 rule plots:
@@ -132,3 +139,27 @@ rule epoch_plots:
 rule report_inputs:
     input:
         REPORT_TARGETS,
+
+
+rule run_info:
+    input:
+        epoch_targets(EPOCHS),
+    output:
+        report(
+            RUN_INFO,
+            caption="../report/run_info.rst",
+            category="Summary",
+            subcategory="Provenance",
+        ),
+    log:
+        log_path("run_info.log"),
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        config=json.dumps(config, sort_keys=True, default=str),
+        project=workflow.basedir,
+    shell:
+        "exec spag run-info --outputs {input:q} --config-json {params.config:q}"
+        " --project-dir {params.project:q} --output {output:q} > {log:q} 2>&1"

@@ -87,6 +87,53 @@ def test_run_builds_tables_and_plots(tiny_run):
     assert 0 <= epochs.loc[0, "eval_win_rate_lo"] <= epochs.loc[0, "eval_win_rate_hi"] <= 1
 
 
+def test_the_run_is_tracked_and_its_provenance_recorded(tiny_run):
+    """TensorBoard files of every training stage and of the loop, read back; the job
+    records and results/run_info.json; commit and config digest on the summary tables;
+    `spag status` on the finished run."""
+    import json
+    import subprocess
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from spag.config import validate_config
+    from spag.tracking import config_digest
+
+    info = json.loads((tiny_run / "results" / "run_info.json").read_text())
+    config = info["config"]
+    assert info["config_digest"] == config_digest(validate_config(config))
+    run_name = f"run-{info['config_digest']}"
+    board = tiny_run / "results" / "tracking" / "tensorboard" / run_name
+    for stage in ("imitation", "epoch1"):
+        events = EventAccumulator(str(board / stage))
+        events.Reload()
+        assert {"train/loss", "train/kl"} <= set(events.Tags()["scalars"]), stage
+    loop = EventAccumulator(str(board / "loop"))
+    loop.Reload()
+    assert [e.step for e in loop.Scalars("loop/decisive_frac")] == [1]
+
+    steps = {j["step"] for j in info["jobs"]}
+    assert {"play", "train", "merge-episodes", "score-ref", "eval-reasoning"} <= steps
+    assert all(j["packages"]["transformers"] for j in info["jobs"] if j["step"] == "train")
+    assert info["hosts"] and (info["git"] is None or len(info["git"]["commit"]) == 40)
+    assert (tiny_run / "results" / "epoch1" / "model" / "spag_job.json").is_file()
+    shard = tiny_run / "results" / "epoch1" / "selfplay" / "shard_000.parquet.job.json"
+    assert json.loads(shard.read_text())["step"] == "play"
+
+    epochs = pd.read_csv(tiny_run / "results" / "summary" / "epochs.tsv", sep="\t", dtype=str)
+    assert epochs["config_digest"].tolist() == [info["config_digest"]]
+    assert epochs["commit"].notna().all()
+
+    spag = Path(sys.executable).with_name("spag")
+    status = subprocess.run(
+        [str(spag), "status", "--configfile", "config.yaml", "overlay.yaml"],
+        cwd=tiny_run, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert "epochs done: 1 of 1" in status.stdout and "shards 2/2 done" in status.stdout
+
+
 def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
     res = snakemake(tiny_run, "--report", "report.html", timeout=600)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
@@ -124,4 +171,6 @@ def test_unknown_task_fails_only_its_jobs(tiny_run):
     # Only the reasoning jobs and what reads their results were planned.
     planned = job_counts(res.stdout + res.stderr)
     assert planned["eval_reasoning"] == 3
-    assert set(planned) <= {"eval_reasoning", "epoch_summary", "summary_tables", "plots", "all"}
+    # run_info: the resolved config it records changed
+    allowed = {"eval_reasoning", "epoch_summary", "summary_tables", "plots", "run_info", "all"}
+    assert set(planned) <= allowed

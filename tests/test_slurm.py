@@ -462,6 +462,15 @@ def test_failed_and_cancelled_shards_let_the_others_finish(faulty_run, workdir):
     # with --keep-going, work that does not need the shards went on
     assert (workdir / "results" / "imitation" / "model").is_dir()
     assert ("selfplay", SHARD.format(0)) in run.keys("finished")
+    # what a user sees with `spag status` (the failed shard left its log; the
+    # cancelled one had not written one yet, or had: then it reads as failed too)
+    status = subprocess.run(
+        [str(Path(sys.executable).with_name("spag")), "status",
+         "--configfile", "config.yaml", "overlay.yaml"],
+        cwd=workdir, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert re.search(rf"epoch 1: shards 1/3 done; failed {FAILING}\b", status.stdout), status.stdout
 
 
 @pytest.mark.slurm

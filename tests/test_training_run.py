@@ -121,7 +121,7 @@ def test_bad_inputs_give_clear_errors(scored, tiny_model_dir, tmp_path, capsys):
     assert "max_length 96, training uses 64" in capsys.readouterr().err
     assert main(["score-ref", "--model", str(tmp_path / "none"), "--samples", str(unscored),
                  "--output", str(tmp_path / "x.parquet")]) == 2  # fmt: skip
-    assert "not a model folder" in capsys.readouterr().err
+    assert f"model folder not found: {tmp_path / 'none'}" in capsys.readouterr().err
     assert not (tmp_path / "x.parquet").exists()
 
 
@@ -233,3 +233,36 @@ def test_a_diverging_run_stops_with_its_step_before_a_checkpoint(
     marked = {p.parent.name for p in (tmp_path / "ckpt").glob("*/spag_checkpoint_complete")}
     assert marked == {f"checkpoint-{s}" for s in range(1, step)}
     assert not (tmp_path / "model").exists() and not (tmp_path / "loss.tsv").exists()
+
+
+def test_training_logs_to_tensorboard_under_the_stage_name(scored, tiny_model_dir, tmp_path):
+    """The Trainer's TensorBoard integration, pointed at the tracking folder: the event
+    files read back with the loss and the project's own terms at every logged step."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = _train_args(
+        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3",
+        "--report-to", "tensorboard", "--tracking-dir", str(tmp_path / "tracking"),
+        "--project", "proj", "--run-name", "run-1234abcd", "--stage", "epoch2",
+    )  # fmt: skip
+    assert main(args) == 0
+    logdir = tmp_path / "tracking" / "tensorboard" / "run-1234abcd" / "epoch2"
+    assert list(logdir.glob("events.out.tfevents.*")), list(tmp_path.rglob("*tfevents*"))
+    events = EventAccumulator(str(logdir))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in ("train/loss", "train/kl", "train/ratio_mean", "train/clipped_frac", "train/n_game"):
+        assert tag in tags, sorted(tags)
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]
+    losses = [float(r["loss"]) for r in _loss_rows(tmp_path / "loss.tsv")]
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(losses, rel=1e-5)
+
+
+def test_an_unknown_tracker_is_refused_naming_the_flag(scored, tiny_model_dir, tmp_path, capsys):
+    args = _train_args(
+        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "1",
+        "--report-to", "tensorboard,comet",
+    )  # fmt: skip
+    assert main(args) == 2
+    assert "--report-to: unknown tracker(s) comet" in capsys.readouterr().err

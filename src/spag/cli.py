@@ -13,6 +13,7 @@ import gc
 import importlib
 import logging
 import sys
+import time
 
 from spag.allocator import keep_freed_memory
 from spag.errors import SpagInputError, SpagRunError
@@ -38,6 +39,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "summarize-run": ("summarize_run", "the run-wide summary tables"),
     "plot-epoch": ("plot_epoch", "one epoch's plots for the report"),
     "plot-run": ("plot_run", "the run-wide plots for the report"),
+    "run-info": ("run_info", "what produced the run: commit, versions, hosts, config"),
+    "status": ("status", "where the run in this folder stands (epochs, shards, training)"),
     "preflight": ("preflight", "check what one rule family's jobs need (snakemake preflight)"),
     "preflight-report": ("preflight_report", "print the preflight table of every family"),
 }
@@ -66,8 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Before the step allocates: freed buffers stay for reuse (see spag.allocator).
     keep_freed_memory()
+    started = time.time()
     try:
-        return int(_load(args._module).run(args) or 0)
+        rc = int(_load(args._module).run(args) or 0)
+        if rc == 0:
+            _record_job(args, started)
+        return rc
     except SpagInputError as exc:
         print(f"spag {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -84,6 +91,19 @@ def main(argv: list[str] | None = None) -> int:
         # The step's objects (torch, transformers: millions) need no collection at
         # exit: without this, the interpreter's last garbage collection takes ~1 s.
         gc.freeze()
+
+
+def _record_job(args: argparse.Namespace, started: float) -> None:
+    """The finished step's job record beside its output (spag.provenance)."""
+    from spag.provenance import OUTPUT_FLAGS, write_job_record
+
+    output = next((getattr(args, f) for f in OUTPUT_FLAGS if getattr(args, f, None)), None)
+    if output is None:
+        return
+    try:
+        write_job_record(args.command, output, started)
+    except OSError as exc:  # the output is written; its record is not worth failing for
+        logging.getLogger("spag").warning("no job record for %s: %s", output, exc)
 
 
 if __name__ == "__main__":

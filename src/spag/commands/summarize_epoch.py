@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+
+from spag.tracking import DEFAULT_DIR, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
 
 log = logging.getLogger("spag.summarize_epoch")
 
@@ -35,10 +38,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "when the shards do not record it)",
     )
     p.add_argument("--output", required=True, help="summary TSV (one row)")
+    # Set by the workflow through the environment (spag.tracking), like spag train's.
+    p.add_argument(
+        "--report-to",
+        default=os.environ.get(ENV_REPORT_TO, "none"),
+        help=f"trackers to log the row to, epoch as step (environment: {ENV_REPORT_TO})",
+    )
+    p.add_argument(
+        "--tracking-dir",
+        default=os.environ.get(ENV_TRACKING_DIR, DEFAULT_DIR),
+        help=f"the trackers' folder (environment: {ENV_TRACKING_DIR})",
+    )
+    p.add_argument(
+        "--run-name",
+        default=os.environ.get(ENV_RUN_NAME, "spag"),
+        help=f"the run's name in the trackers (environment: {ENV_RUN_NAME})",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from spag.report.summary import epoch_summary, write_summary
+    from spag.tracking import log_loop_figures, parse_report_to
 
     row = epoch_summary(
         args.epoch,
@@ -51,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
         selfplay_benchmarks=args.selfplay_benchmarks,
     )
     write_summary(row, args.output)
+    trackers = parse_report_to(args.report_to)
+    if trackers:
+        logged = log_loop_figures(row, args.epoch, trackers, args.tracking_dir, args.run_name)
+        log.info("epoch %d figures logged to %s", args.epoch, ", ".join(logged) or "no tracker")
     log.info(
         "epoch %d: %d self-play games (%d decisive), %d samples, final loss %.4g, "
         "eval win rate %.3f [%.3f, %.3f], reasoning gmean %.4f",

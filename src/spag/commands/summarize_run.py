@@ -5,6 +5,7 @@
     spag summarize-run --epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv
         [--reasoning REASONING.json [...] --reasoning-output REASONING.tsv]
         [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv]
+        [--commit COMMIT] [--config-digest DIGEST]
 
 ``--epoch-summaries`` are the rows of ``spag summarize-epoch``, stacked by epoch;
 ``--reasoning`` the reasoning JSON files of every model (base, imitation,
@@ -28,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-output", help="long reasoning table TSV")
     p.add_argument("--eval-games", nargs="+", help="evaluation games tables of all models")
     p.add_argument("--eval-games-output", help="evaluation games table of all models TSV")
+    p.add_argument("--commit", help="the project's commit, a column of every table")
+    p.add_argument("--config-digest", help="the config's digest, a column of every table")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,9 +46,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpagInputError("--reasoning and --reasoning-output go together")
     if bool(args.eval_games) != bool(args.eval_games_output):
         raise SpagInputError("--eval-games and --eval-games-output go together")
-    epochs = collect_epochs(args.epoch_summaries)
-    reasoning = collect_reasoning(args.reasoning) if args.reasoning else None
-    games = collect_eval_games(args.eval_games) if args.eval_games else None
+    # What produced the numbers, on every row (results/run_info.json has the rest).
+    stamp = {k: v for k, v in (("commit", args.commit), ("config_digest", args.config_digest)) if v}
+    epochs = collect_epochs(args.epoch_summaries).assign(**stamp)
+    reasoning = collect_reasoning(args.reasoning).assign(**stamp) if args.reasoning else None
+    games = collect_eval_games(args.eval_games).assign(**stamp) if args.eval_games else None
     write_tsv(epochs, args.output)
     log.info("wrote %s: %d epochs", args.output, len(epochs))
     if reasoning is not None:

@@ -40,6 +40,11 @@ def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> d
         "samples",
         "model",
         "ref_model",
+        "report_to",
+        "tracking_dir",
+        "project",
+        "run_name",
+        "stage",
     ):
         keep.pop(k)
     keep.update(

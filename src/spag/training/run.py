@@ -13,6 +13,12 @@ from pathlib import Path
 
 from spag.device import select_device
 from spag.errors import SpagInputError
+from spag.tracking import (
+    apply_environment,
+    check_trackers_available,
+    parse_report_to,
+    tracker_environment,
+)
 from spag.training.checkpoints import WORK_LOSS_LOG, prepare_checkpoint_dir, run_fingerprint
 from spag.training.distributed import ensure_distributed_env, resolve_deepspeed
 from spag.training.extensions import build_ops, needed_ops
@@ -25,6 +31,15 @@ log = logging.getLogger(__name__)
 def training_arguments(cfg: TrainConfig, deepspeed_config: str | None, device: str = "cpu"):
     """The Trainer's arguments; ``device`` is the one :func:`spag.device.select_device` chose."""
     from transformers import TrainingArguments
+
+    trackers = parse_report_to(cfg.report_to)
+    project = cfg.project or Path.cwd().name
+    run_name = cfg.run_name or project
+    if trackers:
+        check_trackers_available(trackers, where="--report-to")
+        apply_environment(
+            tracker_environment(trackers, cfg.tracking_dir, project, run_name, cfg.stage)
+        )
 
     on_cuda = device == "cuda"
     tf32 = cfg.tf32 and on_cuda
@@ -71,7 +86,9 @@ def training_arguments(cfg: TrainConfig, deepspeed_config: str | None, device: s
         eval_strategy="no",
         seed=cfg.seed,
         remove_unused_columns=False,
-        report_to="none",
+        report_to=trackers or "none",
+        run_name=f"{run_name}-{cfg.stage}",
+        project=project,
         disable_tqdm=True,
         dataloader_drop_last=False,
         # use_cpu would bypass the DeepSpeed set-up; DeepSpeed picks its CPU accelerator itself.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any
 
 from spag.device import DEVICES, family_device
 from spag.game.rendering import PROMPT_FORMATS
+from spag.tracking import DEFAULT_DIR as DEFAULT_TRACKING_DIR
+from spag.tracking import ENV_PROJECT, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
 
 # Which loss each pipeline stage trains with (docs/design.md section 4).
 STAGE_METHOD = {"imitation": "sft_kl", "spag": "offline_po"}
@@ -86,6 +89,21 @@ class TrainConfig(StageSettings):
     device: str = _opt(
         "auto", "cuda (stop at once without working CUDA), cpu, or auto", choices=DEVICES
     )
+    # Trackers (config `tracking`, spag.tracking): not part of what a checkpoint belongs
+    # to. The workflow sets them through the environment variables named by `env`.
+    report_to: str = _opt(
+        "none", "trackers, comma-separated: tensorboard, wandb, trackio, mlflow", env=ENV_REPORT_TO
+    )
+    tracking_dir: str = _opt(
+        DEFAULT_TRACKING_DIR, "folder of the trackers' offline files", env=ENV_TRACKING_DIR
+    )
+    project: str | None = _opt(
+        None, "tracker project (default: the current folder's name)", env=ENV_PROJECT
+    )
+    run_name: str | None = _opt(
+        None, "the run's name in trackers (stages are logged under it)", env=ENV_RUN_NAME
+    )
+    stage: str = _opt("train", "this stage's name in trackers (imitation, epoch1, ...)")
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -125,13 +143,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                 parser.add_argument(flag, action="store_true", help=help_text)
             continue
         extra = {}
+        default = f.default
+        if f.metadata.get("env"):
+            default = os.environ.get(f.metadata["env"], default)
+            help_text += f" (environment: {f.metadata['env']})"
         if f.metadata.get("choices"):
             extra["choices"] = f.metadata["choices"]
         if _required(f):
             parser.add_argument(flag, required=True, type=kind, help=help_text, **extra)
         else:
-            shown = f" (default {f.default})" if f.default is not None else ""
-            parser.add_argument(flag, type=kind, default=f.default, help=help_text + shown, **extra)
+            shown = f" (default {default})" if default is not None else ""
+            parser.add_argument(flag, type=kind, default=default, help=help_text + shown, **extra)
 
 
 def from_arguments(args: argparse.Namespace) -> TrainConfig:
@@ -169,4 +191,6 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
         options[name] = value
     # The rule family's GPUs decide: never a silent CPU run of a GPU job.
     options["device"] = family_device(config, "train")
+    # formatted with the rule's wildcards (params strings are)
+    options["stage"] = "imitation" if stage == "imitation" else "epoch{epoch}"
     return options
