@@ -1,6 +1,7 @@
 # Helpers shared by the rule files (validated config, result paths, resources,
 # and the command-line arguments that rules pass to `spag`).
 
+import json
 import os
 import shlex
 import shutil
@@ -17,7 +18,7 @@ from spag.config import (
 )
 from spag.training.settings import stage_arguments
 from spag.tracking import check_trackers_available, config_digest, workflow_environment
-from spag.provenance import git_info
+from spag.provenance import ENV_CONFIG, git_info
 from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
 from spag.data.words import read_word_list
@@ -130,6 +131,8 @@ CONFIG_DIGEST = config_digest(config)
 # Tracking names reach the jobs through the environment (spag.tracking): renaming a
 # run or adding a tracker reruns no job.
 os.environ.update(workflow_environment(config, ".", tracking_dir=result("tracking")))
+RESOLVED_CONFIG = json.dumps(config, sort_keys=True, default=str)
+os.environ[ENV_CONFIG] = RESOLVED_CONFIG
 
 
 def shard_name(shard):

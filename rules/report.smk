@@ -2,8 +2,6 @@
 # The plot files are spag.report.names' (RUN_PLOTS, EPOCH_PLOTS); every plot is
 # marked for the report with its caption report/<key>.rst or report/epoch_<key>.rst.
 
-import json
-
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
 
 REPORT_TARGETS = [
@@ -158,8 +156,9 @@ rule run_info:
     resources:
         **job_resources("cpu"),
     params:
-        config=json.dumps(config, sort_keys=True, default=str),
+        # a changed config reruns this rule; the job reads it from the environment
+        config=RESOLVED_CONFIG,
         project=workflow.basedir,
     shell:
-        "exec spag run-info --outputs {input:q} --config-json {params.config:q}"
+        "exec spag run-info --outputs {input:q}"
         " --project-dir {params.project:q} --output {output:q} > {log:q} 2>&1"

@@ -117,7 +117,7 @@ def test_the_run_is_tracked_and_its_provenance_recorded(tiny_run):
     assert {"play", "train", "merge-episodes", "score-ref", "eval-reasoning"} <= steps
     assert all(j["packages"]["transformers"] for j in info["jobs"] if j["step"] == "train")
     assert info["hosts"] and (info["git"] is None or len(info["git"]["commit"]) == 40)
-    assert (tiny_run / "results" / "epoch1" / "model" / "spag_job.json").is_file()
+    assert (tiny_run / "results" / "epoch1" / "model.job.json").is_file()
     shard = tiny_run / "results" / "epoch1" / "selfplay" / "shard_000.parquet.job.json"
     assert json.loads(shard.read_text())["step"] == "play"
 

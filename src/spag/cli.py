@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _record_job(args: argparse.Namespace, started: float) -> None:
     """The finished step's job record beside its output (spag.provenance)."""
-    from spag.provenance import OUTPUT_FLAGS, write_job_record
+    from spag.provenance import OUTPUT_FLAGS, UNRECORDED_STEPS, write_job_record
 
     output = next((getattr(args, f) for f in OUTPUT_FLAGS if getattr(args, f, None)), None)
-    if output is None:
+    if output is None or args.command in UNRECORDED_STEPS:
         return
     try:
         write_job_record(args.command, output, started)

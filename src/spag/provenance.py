@@ -1,7 +1,8 @@
 """What produced a result: each job's host, GPUs and library versions, and the run's.
 
 Every ``spag`` step that finishes writes a job record beside its output
-(``<file>.job.json``, or ``spag_job.json`` inside a folder output); ``spag
+(``<output>.job.json``, for a file or a folder: a folder's contents stay its
+own); ``spag
 run-info`` gathers them with the project's commit and the resolved config into
 ``results/run_info.json``. Nothing here imports torch or talks to a GPU: versions
 come from the installed packages' metadata, GPU names from the NVIDIA driver's
@@ -23,8 +24,10 @@ from typing import Any
 
 from spag import __version__
 
+# The resolved config, as the workflow hands it to `spag run-info` (too long for a
+# command line that the plan prints).
+ENV_CONFIG = "SPAG_RESOLVED_CONFIG"
 JOB_RECORD_SUFFIX = ".job.json"
-FOLDER_JOB_RECORD = "spag_job.json"
 # Distributions whose versions decide a result (None where not installed).
 PACKAGES = (
     "torch",
@@ -39,6 +42,8 @@ PACKAGES = (
 )
 # Flags whose value is the step's output (the first one present names the record).
 OUTPUT_FLAGS = ("output", "output_dir", "output_train")
+# Checks, not results: their reports are temporary and carry the host facts already.
+UNRECORDED_STEPS = ("preflight", "preflight-report")
 
 
 def package_versions() -> dict[str, str | None]:
@@ -103,7 +108,7 @@ def git_info(path: str | os.PathLike) -> dict[str, Any] | None:
 
 def job_record_path(output: str | os.PathLike) -> Path:
     out = Path(output)
-    return out / FOLDER_JOB_RECORD if out.is_dir() else out.with_name(out.name + JOB_RECORD_SUFFIX)
+    return out.with_name(out.name + JOB_RECORD_SUFFIX)
 
 
 def write_job_record(step: str, output: str | os.PathLike, started: float) -> Path | None:

@@ -10,13 +10,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+
+from spag.provenance import ENV_CONFIG
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outputs", nargs="+", required=True, help="the run's outputs")
-    p.add_argument("--config-json", required=True, help="the resolved config, as JSON text")
+    p.add_argument(
+        "--config-json",
+        default=os.environ.get(ENV_CONFIG),
+        help=f"the resolved config, as JSON text (default: the environment's {ENV_CONFIG}, "
+        "which the workflow sets)",
+    )
     p.add_argument("--project-dir", required=True, help="the workflow's checkout (git)")
     p.add_argument("--output", required=True, help="run_info.json to write")
 
@@ -27,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     from spag.provenance import git_info, host_info, read_job_records
     from spag.tracking import config_digest
 
+    if not args.config_json:
+        raise SpagInputError(f"--config-json not given and {ENV_CONFIG} not set")
     try:
         config = json.loads(args.config_json)
     except ValueError as exc:
