@@ -33,7 +33,8 @@ def test_local_folder_is_linked_atomically(tmp_path):
     src2 = fake_model(tmp_path / "src2")
     prepare_base_model(str(src2), out)
     assert os.readlink(out) == str(src2.resolve())
-    assert [p.name for p in out.parent.iterdir()] == ["base_model"]
+    # beside it only the job record of the first build (spag.provenance)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["base_model", "base_model.job.json"]
 
 
 def test_relative_path_becomes_absolute_link(tmp_path, monkeypatch):

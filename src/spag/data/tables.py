@@ -80,14 +80,31 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 MANIFEST = "spag_manifest.json"
 
 
-def write_manifest(folder: str | os.PathLike) -> None:
+def file_sizes(folder: str | os.PathLike, leave_out: str) -> dict[str, int]:
+    """Every file under ``folder`` (but ``leave_out``) by relative path, with its size."""
     root = Path(folder)
-    files = {
+    return {
         p.relative_to(root).as_posix(): p.stat().st_size
         for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
+        if p.is_file() and p.name != leave_out
     }
-    (root / MANIFEST).write_text(json.dumps({"files": files}, indent=1) + "\n")
+
+
+def size_problem(folder: str | os.PathLike, files: dict[str, int]) -> str | None:
+    """The first listed file missing or of another size than listed (None: all as listed)."""
+    root = Path(folder)
+    for name, size in files.items():
+        p = root / name
+        if not p.is_file():
+            return f"{name} is missing"
+        if p.stat().st_size != size:
+            return f"{name} has {p.stat().st_size} bytes, {size} were written"
+    return None
+
+
+def write_manifest(folder: str | os.PathLike) -> None:
+    files = file_sizes(folder, leave_out=MANIFEST)
+    (Path(folder) / MANIFEST).write_text(json.dumps({"files": files}, indent=1) + "\n")
 
 
 def manifest_problem(folder: str | os.PathLike) -> str | None:
@@ -101,13 +118,7 @@ def manifest_problem(folder: str | os.PathLike) -> str | None:
         files = json.loads(text)["files"]
     except (ValueError, KeyError, TypeError):
         return f"{MANIFEST} unreadable"
-    for name, size in files.items():
-        p = root / name
-        if not p.is_file():
-            return f"{name} is missing"
-        if p.stat().st_size != size:
-            return f"{name} has {p.stat().st_size} bytes, {size} were written"
-    return None
+    return size_problem(root, files)
 
 
 @contextlib.contextmanager

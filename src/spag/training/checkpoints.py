@@ -10,7 +10,7 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from spag.data.tables import atomic_path, sha256_file
+from spag.data.tables import atomic_path, file_sizes, sha256_file, size_problem
 from spag.training.distributed import barrier
 from spag.training.settings import TrainConfig
 
@@ -63,11 +63,7 @@ def write_complete_marker(folder: Path, step: int) -> None:
     """
     from spag.training.trainer import COMPLETE_MARKER
 
-    files = {
-        p.relative_to(folder).as_posix(): p.stat().st_size
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != COMPLETE_MARKER
-    }
+    files = file_sizes(folder, leave_out=COMPLETE_MARKER)
     with atomic_path(folder / COMPLETE_MARKER) as tmp:
         tmp.write_text(json.dumps({"step": step, "files": files}, indent=1) + "\n")
 
@@ -88,12 +84,9 @@ def checkpoint_problem(folder: Path) -> str | None:
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         return f"{COMPLETE_MARKER} unreadable ({exc})"
     listed = marker.get("files", {}) if isinstance(marker, dict) else {}
-    for name, size in listed.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, {size} were written"
+    problem = size_problem(folder, listed)
+    if problem is not None:
+        return problem
     for path in sorted(folder.rglob("*")):
         if not path.is_file():
             continue
