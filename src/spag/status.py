@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
+from spag.game.journal import journal_path
 
 # The SLURM executor's job comment: rule_<rule>_wildcards_<values joined by _>.
 _COMMENT = re.compile(r"^rule_(?P<rule>[A-Za-z0-9_]+?)(?:_wildcards_(?P<wildcards>.*))?$")
@@ -58,7 +59,7 @@ def _shard_state(results: Path, epoch: int, shard: int) -> str:
     out = results / f"epoch{epoch}" / "selfplay" / name
     if out.is_file():
         return "done"
-    journal = out.with_name(f".{name}.journal.jsonl")
+    journal = journal_path(out)
     partial = list(out.parent.glob(f".{name}.*")) if out.parent.is_dir() else []
     log = results / "logs" / f"epoch{epoch}" / "selfplay" / f"shard_{shard:03d}.log"
     if journal.exists() or partial:
@@ -66,6 +67,15 @@ def _shard_state(results: Path, epoch: int, shard: int) -> str:
     if log.is_file() and log.stat().st_size > 0:
         return "failed"  # a log, no output and nothing under way
     return "pending"
+
+
+def require_run(workdir: Path) -> None:
+    """Refuse a folder in which no run has started."""
+    if not (workdir / "results").is_dir():
+        raise SpagInputError(
+            f"{workdir.resolve()}: no run here (no results/ folder); run `spag status` "
+            "from the folder you run snakemake in"
+        )
 
 
 def slurm_jobs(workdir: Path, squeue: str | None = None) -> list[dict[str, str]]:
@@ -109,12 +119,8 @@ def run_status(
     squeue: str | None = None,
 ) -> RunStatus:
     root = Path(workdir)
+    require_run(root)
     results, checkpoints = root / "results", root / "checkpoints"
-    if not results.is_dir():
-        raise SpagInputError(
-            f"{root.resolve()}: no run here (no results/ folder); run `spag status` "
-            "from the folder you run snakemake in"
-        )
     shards = config["selfplay"]["num_shards"]
     jobs = slurm_jobs(root, squeue)
     queued = {

@@ -59,11 +59,16 @@ def workflow_environment(
     }
 
 
+def folder_name(workdir: str | os.PathLike = ".") -> str:
+    """The run folder's name: the default project (and the start of the run name)."""
+    return Path(workdir).resolve().name or "spag"
+
+
 def run_names(config: dict[str, Any], workdir: str | os.PathLike) -> tuple[str, str]:
     """``(project, run name)``: the configured ones, else the run folder's name and
     ``<folder>-<config digest>``."""
     t = config["tracking"]
-    folder = Path(workdir).resolve().name or "spag"
+    folder = folder_name(workdir)
     project = t["project"] or folder
     return project, t["run_name"] or f"{folder}-{config_digest(config)}"
 

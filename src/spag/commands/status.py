@@ -21,14 +21,10 @@ def run(args: argparse.Namespace) -> int:
 
     from spag.config import validate_config
     from spag.errors import SpagInputError
-    from spag.status import format_status, run_status
+    from spag.status import format_status, require_run, run_status
 
     root = Path(args.directory)
-    if not (root / "results").is_dir():
-        raise SpagInputError(
-            f"{root.resolve()}: no run here (no results/ folder); run `spag status` "
-            "from the folder you run snakemake in"
-        )
+    require_run(root)  # before the config files: their absence would be the lesser news
     config: dict = {}
     for name in args.configfile:
         path = Path(name) if Path(name).is_absolute() else root / name

@@ -16,6 +16,7 @@ from spag.errors import SpagInputError
 from spag.tracking import (
     apply_environment,
     check_trackers_available,
+    folder_name,
     parse_report_to,
     tracker_environment,
 )
@@ -33,7 +34,7 @@ def training_arguments(cfg: TrainConfig, deepspeed_config: str | None, device: s
     from transformers import TrainingArguments
 
     trackers = parse_report_to(cfg.report_to)
-    project = cfg.project or Path.cwd().name
+    project = cfg.project or folder_name()
     run_name = cfg.run_name or project
     if trackers:
         check_trackers_available(trackers, where="--report-to")
