@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+from unittest import mock
 
 import pyarrow.parquet as pq
 import pytest
+from tracker_readers import mlflow_history, trackio_logs, wandb_run
 from training_samples import sample_rows, write_samples
 
 from spag.cli import main
@@ -246,7 +251,8 @@ def test_training_logs_to_tensorboard_under_the_stage_name(scored, tiny_model_di
         "--report-to", "tensorboard", "--tracking-dir", str(tmp_path / "tracking"),
         "--project", "proj", "--run-name", "run-1234abcd", "--stage", "epoch2",
     )  # fmt: skip
-    assert main(args) == 0
+    with mock.patch.dict(os.environ):  # the trackers' variables stay this test's
+        assert main(args) == 0
     logdir = tmp_path / "tracking" / "tensorboard" / "run-1234abcd" / "epoch2"
     assert list(logdir.glob("events.out.tfevents.*")), list(tmp_path.rglob("*tfevents*"))
     events = EventAccumulator(str(logdir))
@@ -257,6 +263,87 @@ def test_training_logs_to_tensorboard_under_the_stage_name(scored, tiny_model_di
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]
     losses = [float(r["loss"]) for r in _loss_rows(tmp_path / "loss.tsv")]
     assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(losses, rel=1e-5)
+
+
+def _spag_process(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``spag`` as the workflow runs it: its own process (trackers finish at its exit),
+    none of the caller's tracker variables."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("WANDB_", "MLFLOW_", "TRACKIO_", "TENSORBOARD_"))
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "spag", *args], env={**clean, **env}, cwd=cwd,
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_every_tracker_holds_the_training_loss(scored, tiny_model_dir, tmp_path):
+    """W&B offline, MLflow and trackio through the Trainer's integrations, in one real
+    ``spag train`` process: each holds ``loss.tsv``'s loss at its steps and the
+    project's own terms, under the stage's name in the run's project (and W&B group)."""
+    tracking = tmp_path / "tracking"
+    args = _train_args(
+        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3",
+        "--report-to", "wandb,mlflow,trackio", "--tracking-dir", str(tracking),
+        "--project", "proj", "--run-name", "run-1234abcd", "--stage", "epoch2",
+    )  # fmt: skip
+    done = _spag_process(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = [float(r["loss"]) for r in _loss_rows(tmp_path / "loss.tsv")]
+    kls = [float(r["kl"]) for r in _loss_rows(tmp_path / "loss.tsv")]
+    assert len(losses) == 3
+    expected = [(step, pytest.approx(v, rel=1e-6)) for step, v in enumerate(losses, start=1)]
+
+    wb = wandb_run(tracking / "wandb")
+    assert (wb["name"], wb["project"], wb["group"]) == (
+        "run-1234abcd-epoch2",
+        "proj",
+        "run-1234abcd",
+    )
+    history = wb["history"]
+    global_step = dict(history["train/global_step"])  # W&B's own step -> the Trainer's
+    logged = [(global_step[s], v) for s, v in history["train/loss"]]
+    assert logged == expected
+    assert [v for _, v in history["train/kl"]] == pytest.approx(kls, rel=1e-6, abs=1e-9)
+    assert {"train/ratio_mean", "train/clipped_frac", "train/n_game", "train/n_sft"} <= set(history)
+
+    ml = mlflow_history(f"sqlite:///{tracking / 'mlflow.db'}", "proj", "loss")
+    assert list(ml) == ["run-1234abcd-epoch2"]
+    assert ml["run-1234abcd-epoch2"] == expected
+
+    rows = trackio_logs(tracking / "trackio", "proj")["run-1234abcd-epoch2"]
+    logged = [(r["train/global_step"], r["train/loss"]) for r in rows if "train/loss" in r]
+    assert logged == expected
+    # nothing of theirs outside the tracking folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt", "loss.tsv", "model", "model.job.json", "tracking"
+    ]  # fmt: skip
+
+
+def test_a_failing_tracker_leaves_training_going(scored, tiny_model_dir, tmp_path):
+    """W&B told to go online with no key and no server: one warning, and the stage
+    trains, saves and logs to the tracker that works."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tracking = tmp_path / "tracking"
+    args = _train_args(
+        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3",
+        "--report-to", "wandb,tensorboard", "--tracking-dir", str(tracking),
+        "--run-name", "run", "--stage", "epoch1",
+    )  # fmt: skip
+    done = _spag_process(
+        args, tmp_path, WANDB_MODE="online", WANDB_BASE_URL="http://127.0.0.1:9",
+        WANDB_INIT_TIMEOUT="20", HOME=str(tmp_path),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "tracking: wandb failed at on_train_begin" in done.stderr, done.stderr[-3000:]
+    assert (tmp_path / "model" / "config.json").is_file()
+    assert len(_loss_rows(tmp_path / "loss.tsv")) == 3
+    events = EventAccumulator(str(tracking / "tensorboard" / "run" / "epoch1"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]
 
 
 def test_an_unknown_tracker_is_refused_naming_the_flag(scored, tiny_model_dir, tmp_path, capsys):

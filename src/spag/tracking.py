@@ -3,8 +3,8 @@
 Training logs through the Hugging Face ``Trainer``'s own integrations (its
 ``report_to``); this module names the run and points every tracker at a folder
 under ``results/tracking/`` so that nothing needs a network: TensorBoard event
-files, W&B in offline mode (``wandb sync`` later), MLflow's file store, trackio's
-local database. A variable the user set already wins over these defaults.
+files, W&B in offline mode (``wandb sync`` later), MLflow's SQLite store,
+trackio's local database. A variable the user set already wins over these defaults.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import logging
+import math
+import numbers
 import os
+import re
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,8 @@ TRACKER_MODULES = {
     "mlflow": "mlflow",
 }
 DEFAULT_DIR = "results/tracking"
+
+log = logging.getLogger(__name__)
 
 
 # Sections that do not change a result: left out of the digest that names a run.
@@ -114,7 +122,8 @@ def tracker_environment(
         )
     if "mlflow" in names:
         env.update(
-            MLFLOW_TRACKING_URI=(root / "mlruns").as_uri(),
+            # MLflow 3 refuses its file store by default; SQLite is its local backend.
+            MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}",
             MLFLOW_EXPERIMENT_NAME=project,
         )
     if "trackio" in names:
@@ -128,25 +137,53 @@ def apply_environment(env: dict[str, str]) -> None:
         os.environ.setdefault(key, value)
 
 
+def loop_run_name(run_name: str) -> str:
+    """The name of the loop's own run (one point per epoch) beside the training stages."""
+    return f"{run_name}-loop"
+
+
+def wandb_run_id(name: str) -> str:
+    """A W&B run id from a run name: W&B refuses ``/ \\ # ? % :`` and long ids."""
+    rid = re.sub(r"[^A-Za-z0-9._-]", "-", name)
+    if len(rid) > 64:
+        rid = f"{rid[:55]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    return rid
+
+
 def log_loop_figures(
     row: dict[str, Any],
     epoch: int,
     names: list[str],
     tracking_dir: str | os.PathLike,
+    project: str,
     run_name: str,
 ) -> list[str]:
-    """Log one epoch's summary figures with the epoch as the step; return the trackers
-    that took them.
+    """Log one epoch's summary figures to every tracker in ``names`` with the epoch as
+    the step; return the trackers that took them.
 
-    TensorBoard: an event file per epoch in ``tensorboard/<run>/loop/`` (one run in
-    TensorBoard, one point per epoch). The other trackers get the training stages
-    only (their integrations in the Trainer).
+    A tracker that fails is logged and skipped: the epoch's summary (the declared
+    output) never depends on a tracker. A rerun of an epoch replaces its point in
+    TensorBoard and offline W&B (one file or folder per epoch); MLflow and trackio
+    keep both values at that step, the later one last.
     """
-    import math
-    import numbers
-    import time
+    figures = loop_figures(row)
+    if not figures:
+        return []
+    apply_environment(tracker_environment(names, tracking_dir, project, run_name, "loop"))
+    logged = []
+    for name in names:
+        try:
+            _LOOP_WRITERS[name](figures, epoch, Path(tracking_dir), project, run_name)
+        except Exception as e:  # noqa: BLE001 - any tracker failure leaves the run going
+            log.warning("tracking: %s did not take epoch %d's figures: %s", name, epoch, e)
+        else:
+            logged.append(name)
+    return logged
 
-    figures = {
+
+def loop_figures(row: dict[str, Any]) -> dict[str, float]:
+    """The summary row's finite numbers as ``loop/<column>`` (the epoch is the step)."""
+    return {
         f"loop/{k}": float(v)
         for k, v in row.items()
         if k != "epoch"
@@ -154,20 +191,143 @@ def log_loop_figures(
         and not isinstance(v, bool)
         and math.isfinite(v)
     }
-    logged = []
-    if "tensorboard" in names and figures:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        logdir = Path(tracking_dir) / "tensorboard" / run_name / "loop"
-        logdir.mkdir(parents=True, exist_ok=True)
-        # A rerun of this epoch replaces its file; other epochs' files stay.
-        for old in logdir.glob(f"events.out.tfevents.*.epoch{epoch}"):
-            old.unlink()
-        writer = EventFileWriter(str(logdir), filename_suffix=f".epoch{epoch}")
-        values = [Summary.Value(tag=tag, simple_value=v) for tag, v in sorted(figures.items())]
-        writer.add_event(Event(wall_time=time.time(), step=epoch, summary=Summary(value=values)))
-        writer.close()
-        logged.append("tensorboard")
-    return logged
+
+def _loop_tensorboard(
+    figures: dict[str, float], epoch: int, root: Path, project: str, run_name: str
+) -> None:
+    """An event file per epoch in ``tensorboard/<run>/loop/`` (one run in TensorBoard,
+    one point per epoch)."""
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    logdir = root / "tensorboard" / run_name / "loop"
+    logdir.mkdir(parents=True, exist_ok=True)
+    for old in logdir.glob(f"events.out.tfevents.*.epoch{epoch}"):
+        old.unlink()
+    writer = EventFileWriter(str(logdir), filename_suffix=f".epoch{epoch}")
+    values = [Summary.Value(tag=tag, simple_value=v) for tag, v in sorted(figures.items())]
+    writer.add_event(Event(wall_time=time.time(), step=epoch, summary=Summary(value=values)))
+    writer.close()
+
+
+def _loop_wandb(
+    figures: dict[str, float], epoch: int, root: Path, project: str, run_name: str
+) -> None:
+    """One W&B run ``<run>-loop`` (id alike) in the run's group, step = epoch.
+
+    W&B cannot resume an offline run, so offline each epoch writes its own folder,
+    ``wandb-loop/epoch<E>/`` (replaced on rerun), holding only that step: ``wandb sync``
+    the first epoch's, then ``wandb sync --append`` the others, in order. Online (a
+    user's ``WANDB_MODE``), the same id resumes the run.
+    """
+    import wandb
+
+    name = loop_run_name(run_name)
+    offline = os.environ.get("WANDB_MODE", "offline") in ("offline", "dryrun")
+    folder = root / "wandb-loop" / f"epoch{epoch}" if offline else root
+    if offline:
+        shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    run = wandb.init(
+        project=project,
+        group=run_name,
+        name=name,
+        id=wandb_run_id(name),
+        job_type="loop",
+        resume="allow",
+        dir=str(folder),
+        settings=wandb.Settings(silent=True, console="off", save_code=False),
+    )
+    try:
+        run.define_metric("loop/*", step_metric="epoch")
+        run.log({**figures, "epoch": epoch}, step=epoch)
+    finally:
+        run.finish()
+
+
+def _loop_mlflow(
+    figures: dict[str, float], epoch: int, root: Path, project: str, run_name: str
+) -> None:
+    """One MLflow run ``<run>-loop`` in the project's experiment, found again by name."""
+    import mlflow
+
+    name = loop_run_name(run_name)
+    experiment = mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", project))
+    found = mlflow.search_runs(
+        experiment_ids=[experiment.experiment_id],
+        filter_string=f"tags.mlflow.runName = '{name}'",
+        output_format="list",
+    )
+    run_id = found[0].info.run_id if found else None
+    with mlflow.start_run(run_id=run_id, run_name=None if run_id else name):
+        mlflow.log_metrics(figures, step=epoch)
+
+
+def _loop_trackio(
+    figures: dict[str, float], epoch: int, root: Path, project: str, run_name: str
+) -> None:
+    """One trackio run ``<run>-loop`` in the project, resumed each epoch."""
+    import trackio
+
+    trackio.init(
+        project=project, name=loop_run_name(run_name), group=run_name, resume="allow", embed=False
+    )
+    try:
+        trackio.log(figures, step=epoch)
+    finally:
+        trackio.finish()
+
+
+_LOOP_WRITERS = {
+    "tensorboard": _loop_tensorboard,
+    "wandb": _loop_wandb,
+    "mlflow": _loop_mlflow,
+    "trackio": _loop_trackio,
+}
+
+
+def guard_tracker_callbacks(trainer: Any, names: list[str]) -> None:
+    """Wrap the Trainer's callbacks of the trackers in ``names`` so that a tracker's
+    failure (a server out of reach, a refused key, a full disk) is one warning and
+    that tracker's silence, never a lost training job."""
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    kinds = {INTEGRATION_TO_CALLBACK[n]: n for n in names}
+    handler = trainer.callback_handler
+    handler.callbacks = [
+        _GuardedTracker(cb, kinds[type(cb)]) if type(cb) in kinds else cb
+        for cb in handler.callbacks
+    ]
+
+
+class _GuardedTracker:
+    """Forwards every Trainer event to a tracker's callback until it first fails."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self.inner, self.name, self.failed = inner, name, False
+
+    def __getattr__(self, event: str) -> Any:
+        target = getattr(self.inner, event)
+        if not event.startswith("on_"):
+            return target
+
+        def call(args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if self.failed:
+                return None
+            try:
+                return target(args, state, control, **kwargs)
+            except Exception as e:  # noqa: BLE001 - any tracker failure leaves training going
+                self.failed = True
+                log.warning(
+                    "tracking: %s failed at %s and is left out of this stage (training goes "
+                    "on): %s: %s",
+                    self.name,
+                    event,
+                    type(e).__name__,
+                    e,
+                )
+                return None
+
+        return call

@@ -17,7 +17,14 @@ import argparse
 import logging
 import os
 
-from spag.tracking import DEFAULT_DIR, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
+from spag.tracking import (
+    DEFAULT_DIR,
+    ENV_PROJECT,
+    ENV_REPORT_TO,
+    ENV_RUN_NAME,
+    ENV_TRACKING_DIR,
+    folder_name,
+)
 
 log = logging.getLogger("spag.summarize_epoch")
 
@@ -50,8 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"the trackers' folder (environment: {ENV_TRACKING_DIR})",
     )
     p.add_argument(
+        "--project",
+        default=os.environ.get(ENV_PROJECT) or folder_name(),
+        help=f"the trackers' project (environment: {ENV_PROJECT}; default: this folder's name)",
+    )
+    p.add_argument(
         "--run-name",
-        default=os.environ.get(ENV_RUN_NAME, "spag"),
+        default=os.environ.get(ENV_RUN_NAME) or folder_name(),
         help=f"the run's name in the trackers (environment: {ENV_RUN_NAME})",
     )
 
@@ -73,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     write_summary(row, args.output)
     trackers = parse_report_to(args.report_to)
     if trackers:
-        logged = log_loop_figures(row, args.epoch, trackers, args.tracking_dir, args.run_name)
+        logged = log_loop_figures(
+            row, args.epoch, trackers, args.tracking_dir, args.project, args.run_name
+        )
         log.info("epoch %d figures logged to %s", args.epoch, ", ".join(logged) or "no tracker")
     log.info(
         "epoch %d: %d self-play games (%d decisive), %d samples, final loss %.4g, "

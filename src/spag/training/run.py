@@ -17,6 +17,7 @@ from spag.tracking import (
     apply_environment,
     check_trackers_available,
     folder_name,
+    guard_tracker_callbacks,
     parse_report_to,
     tracker_environment,
 )
@@ -204,6 +205,7 @@ def train(cfg: TrainConfig) -> Path:
         group_by_length=cfg.group_by_length,
         lengths=dataset.lengths,
     )
+    guard_tracker_callbacks(trainer, parse_report_to(cfg.report_to))
     if resume is not None:
         log.info("resuming from %s", resume)
     else:
