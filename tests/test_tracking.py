@@ -160,3 +160,16 @@ def test_a_failing_tracker_costs_the_loop_only_its_own_figures(tmp_path):
     )  # fmt: skip
     assert logged == ["tensorboard"]
     assert "tracking: wandb did not take epoch 3's figures" in err
+
+
+def test_a_configured_tracker_that_cannot_be_imported_is_named_with_its_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a)
+    )
+    with pytest.raises(SpagInputError) as err:
+        check_trackers_available(["tensorboard", "mlflow"])
+    assert "key 'tracking.report_to' names mlflow" in str(err.value)
+    assert "pip install mlflow" in str(err.value) and ".[trackers]" in str(err.value)

@@ -101,7 +101,8 @@ def check_trackers_available(names: list[str], where: str = "tracking.report_to"
     if missing:
         raise SpagInputError(
             f"key '{where}' names {', '.join(missing)}, which this environment cannot import: "
-            f"pip install {' '.join(missing)} (or leave it out of {where})"
+            f"pip install {' '.join(missing)}, or the project's pins: "
+            f"pip install -e '.[trackers]' (or leave it out of {where})"
         )
 
 
