@@ -23,7 +23,7 @@ from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
 from spag.data.words import read_word_list
 from spag.game.teacher import teacher_plan, uses_teacher
-from spag.generation.openai_backend import is_endpoint_spec
+from spag.generation.openai_backend import is_endpoint_spec, parse_spec
 
 validate_config(config, source="config")
 if not workflow.remote_exec:
@@ -164,12 +164,27 @@ def base_model_gguf():
     return [gguf] if gguf else []
 
 
+# The evaluation's built-in opponents: M0, or the base model under the run's prompt format.
+BUILTIN_OPPONENTS = {"imitation": IMITATION_MODEL, "base": BASE_MODEL}
+
+
 def opponent_model(wildcards):
     """The opponent's model folder (an input); none for an OpenAI-compatible endpoint."""
     opponent = config["evaluation"]["opponent"]
-    if opponent == "imitation":
-        return IMITATION_MODEL
-    return [] if opponent.startswith("openai:") else opponent
+    if opponent in BUILTIN_OPPONENTS:
+        return BUILTIN_OPPONENTS[opponent]
+    return [] if is_endpoint_spec(opponent) else opponent
+
+
+def opponent_name():
+    """The opponent's name in the games and tables: the built-in's, the endpoint's
+    model, or the folder's name."""
+    opponent = config["evaluation"]["opponent"]
+    if opponent in BUILTIN_OPPONENTS:
+        return opponent
+    if is_endpoint_spec(opponent):
+        return parse_spec(opponent).model
+    return Path(opponent).name
 
 
 def opponent_arg(wildcards, input):

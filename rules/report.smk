@@ -27,6 +27,10 @@ rule summary_tables:
             *expand(BASELINE_TABLE, model=BASELINE_MODELS),
             *expand(EVAL_TABLE, epoch=range(1, EPOCHS + 1)),
         ],
+        eval_episodes=[
+            *expand(BASELINE_GAMES, model=BASELINE_MODELS),
+            *expand(EVAL_GAMES, epoch=range(1, EPOCHS + 1)),
+        ],
     output:
         epochs=report(
             SUMMARY_EPOCHS,
@@ -61,7 +65,8 @@ rule summary_tables:
         "exec spag summarize-run --epoch-summaries {input.epochs:q}"
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
         " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
-        " --eval-games-output {output.eval_games:q} --commit {params.commit:q}"
+        " --eval-games-output {output.eval_games:q} --eval-episodes {input.eval_episodes:q}"
+        " --commit {params.commit:q}"
         " --config-digest {params.digest:q} > {log:q} 2>&1"
 
 

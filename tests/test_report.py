@@ -84,6 +84,18 @@ def test_run_builds_tables_and_plots(tiny_run):
     for rate in ("win_rate", "loss_rate", "tie_rate", "broke_rules_rate"):
         assert (games[f"{rate}_lo"] <= games[rate]).all(), rate
         assert (games[rate] <= games[f"{rate}_hi"]).all(), rate
+    # M1 and the base model read against M0 pair by pair: the difference of the rates
+    # over the same words, inside its interval; none on M0's own rows.
+    paired = games[games["model"] != "imitation"]
+    assert (paired["reference"] == "imitation").all() and paired["win_diff"].notna().all()
+    m0 = games.set_index(["model", "role"]).loc["imitation"]
+    for _, row in paired.iterrows():
+        assert row["pairs"] == row["games"]
+        diff = row["win_rate"] - m0.loc[row["role"], "win_rate"]
+        assert row["win_diff"] == pytest.approx(diff)
+        assert row["win_diff_lo"] <= row["win_diff"] <= row["win_diff_hi"]
+        assert 0 <= row["win_diff_p"] <= 1
+    assert games.loc[games["model"] == "imitation", "win_diff"].isna().all()
     assert 0 <= epochs.loc[0, "eval_win_rate_lo"] <= epochs.loc[0, "eval_win_rate_hi"] <= 1
 
 

@@ -96,7 +96,7 @@ def test_epoch_target_plans_baseline_games(workdir):
         name: next(line for line in evals if f"--model-name {name} " in line)
         for name in ("epoch1", "base", "imitation")
     }
-    opponent = "--opponent results/imitation/model"
+    opponent = "--opponent results/imitation/model "
     for name, folder, out in (
         ("epoch1", "results/epoch1/model", "results/epoch1/eval/games.parquet"),
         ("base", "results/base_model", "results/eval/games/base.parquet"),
@@ -104,6 +104,7 @@ def test_epoch_target_plans_baseline_games(workdir):
     ):
         line = model[name]
         assert f"--model {folder} " in line and opponent in line, line
+        assert "--opponent-name imitation " in line
         assert f"--output {out} " in line and "--words results/words/test.txt" in line
         assert "--greedy" in line
     # Same words, same settings: the lines differ only in model, output, epoch and names.
@@ -185,6 +186,20 @@ def test_endpoint_opponent_is_passed_through_not_an_input(workdir):
     res = snakemake(workdir, "spag_epoch1", "-n", config={"evaluation": {"opponent": spec}})
     assert res.returncode == 0, res.stderr
     assert f"--opponent '{spec}'" in res.stdout
+    assert "--opponent-name gpt-4 " in res.stdout
+
+
+def test_the_base_model_as_the_evaluation_opponent(workdir):
+    """``evaluation.opponent: base``: every evaluated model (M0 among them) plays the
+    prepared base model, named ``base`` in the games."""
+    res = snakemake(
+        workdir, "spag_epoch1", "-n", "-p", config={"epochs": 1, "evaluation": {"opponent": "base"}}
+    )
+    assert res.returncode == 0, res.stderr
+    evals = [line for line in _shell_lines(res.stdout, "spag play") if "--opponent " in line]
+    assert len(evals) == 3
+    for line in evals:
+        assert "--opponent results/base_model " in line and "--opponent-name base " in line
 
 
 def test_multi_node_training_launches_srun_torchrun(workdir):

@@ -4,13 +4,16 @@
 
     spag summarize-run --epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv
         [--reasoning REASONING.json [...] --reasoning-output REASONING.tsv]
-        [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv]
+        [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv
+         [--eval-episodes GAMES.parquet [...] [--paired-reference imitation]]]
         [--commit COMMIT] [--config-digest DIGEST]
 
 ``--epoch-summaries`` are the rows of ``spag summarize-epoch``, stacked by epoch;
 ``--reasoning`` the reasoning JSON files of every model (base, imitation,
 epoch<N>), turned into one long table; ``--eval-games`` the evaluation games
-tables of every model, stacked into one table in run order. Every table is
+tables of every model, stacked into one table in run order, with each model's
+paired difference from M0 (:mod:`spag.evaluation.paired`) when
+``--eval-episodes`` gives the games themselves. Every table is
 built before any is written: a bad input leaves no output.
 """
 
@@ -29,6 +32,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-output", help="long reasoning table TSV")
     p.add_argument("--eval-games", nargs="+", help="evaluation games tables of all models")
     p.add_argument("--eval-games-output", help="evaluation games table of all models TSV")
+    p.add_argument(
+        "--eval-episodes",
+        nargs="+",
+        help="evaluation games (parquet) of every model: each model's paired difference "
+        "from --paired-reference on the same words and roles joins its rows",
+    )
+    p.add_argument(
+        "--paired-reference",
+        default="imitation",
+        help="the model every other is compared with, pair by pair (default: imitation, M0)",
+    )
     p.add_argument("--commit", help="the project's commit, a column of every table")
     p.add_argument("--config-digest", help="the config's digest, a column of every table")
 
@@ -36,6 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from spag.errors import SpagInputError
     from spag.report.summary import (
+        add_paired,
         collect_epochs,
         collect_eval_games,
         collect_reasoning,
@@ -50,7 +65,12 @@ def run(args: argparse.Namespace) -> int:
     stamp = {k: v for k, v in (("commit", args.commit), ("config_digest", args.config_digest)) if v}
     epochs = collect_epochs(args.epoch_summaries).assign(**stamp)
     reasoning = collect_reasoning(args.reasoning).assign(**stamp) if args.reasoning else None
-    games = collect_eval_games(args.eval_games).assign(**stamp) if args.eval_games else None
+    if args.eval_episodes and not args.eval_games:
+        raise SpagInputError("--eval-episodes needs --eval-games")
+    games = collect_eval_games(args.eval_games) if args.eval_games else None
+    if games is not None and args.eval_episodes:
+        games = add_paired(games, args.eval_episodes, args.paired_reference)
+    games = games.assign(**stamp) if games is not None else None
     write_tsv(epochs, args.output)
     log.info("wrote %s: %d epochs", args.output, len(epochs))
     if reasoning is not None:

@@ -23,6 +23,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from spag.errors import SpagInputError
 from spag.judge import ATTACKER_BROKE_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE, judge_game
@@ -131,15 +132,11 @@ def _single(values: Sequence, what: str, path: str | os.PathLike) -> object:
     return distinct[0]
 
 
-def evaluation_table(
-    episodes_path: str | os.PathLike,
-    output: str | os.PathLike,
-    *,
-    epoch: int | None = None,
-    model_name: str | None = None,
-) -> dict[str, dict[str, int]]:
-    """Judge the evaluation games in ``episodes_path`` and write the TSV table to ``output``."""
-    from spag.data.tables import EPISODE_FIELDS, atomic_path, read_parquet, require_columns
+def judged_games(episodes_path: str | os.PathLike) -> tuple[list[dict], Any]:
+    """Judge every evaluation game in ``episodes_path``: one dict per game (``word``,
+    ``role`` the evaluated model played, ``outcome``, ``model``, ``opponent``), and the
+    table (for its other columns)."""
+    from spag.data.tables import EPISODE_FIELDS, read_parquet, require_columns
 
     table = read_parquet(episodes_path, "evaluation episodes")
     table = require_columns(table, EPISODE_FIELDS, episodes_path)
@@ -148,10 +145,8 @@ def evaluation_table(
             f"{episodes_path}: missing column 'policy_role': not evaluation games"
             " (play them with spag play --opponent)"
         )
-    rows = table.to_pylist()
     games = []
-    policy_names, opponent_names = [], []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(table.to_pylist()):
         role = row["policy_role"]
         if role not in ROLES:
             raise SpagInputError(
@@ -166,19 +161,40 @@ def evaluation_table(
                     " role/content"
                 )
         outcome, _ = judge_game(history, row["target_word"], int(row["max_turns"]))
-        games.append((role, outcome))
         other = "defender" if role == "attacker" else "attacker"
-        policy_names.append(row.get(f"{role}_model"))
-        opponent_names.append(row.get(f"{other}_model"))
+        games.append(
+            dict(
+                word=row["target_word"], role=role, outcome=outcome,
+                model=row.get(f"{role}_model"), opponent=row.get(f"{other}_model"),
+            )
+        )  # fmt: skip
+    return games, table
+
+
+def evaluated_model(games: Sequence[Mapping], path: str | os.PathLike) -> str:
+    """The one model the games evaluate (its name as the episodes record it)."""
+    return str(_single([g["model"] for g in games], "model_name", path)) if games else ""
+
+
+def evaluation_table(
+    episodes_path: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    epoch: int | None = None,
+    model_name: str | None = None,
+) -> dict[str, dict[str, int]]:
+    """Judge the evaluation games in ``episodes_path`` and write the TSV table to ``output``."""
+    from spag.data.tables import atomic_path
+
+    games, table = judged_games(episodes_path)
     if epoch is None:
         if "epoch" not in table.column_names:
             raise SpagInputError(f"{episodes_path}: no 'epoch' column; pass --epoch")
         epoch = int(_single(table.column("epoch").to_pylist(), "epoch", episodes_path))
     if model_name is None:
-        model_name = str(_single(policy_names, "model_name", episodes_path)) if rows else ""
-    opponents = sorted({n for n in opponent_names if n is not None})
-    opponent = ",".join(opponents)
-    counts = tally(games)
+        model_name = evaluated_model(games, episodes_path)
+    opponent = ",".join(sorted({g["opponent"] for g in games if g["opponent"] is not None}))
+    counts = tally((g["role"], g["outcome"]) for g in games)
     out = Path(output)
     with atomic_path(out, suffix=".tsv.tmp") as tmp:
         tmp.write_text(format_table(counts, epoch, model_name, opponent), encoding="utf-8")

@@ -41,6 +41,12 @@ RUN_PLOTS: dict[str, Plot] = _by_file(
         "win rates against the fixed opponent by model and role, with 95% intervals and M0's "
         "rates as reference lines",
     ),
+    Plot(
+        "eval_paired",
+        "Games against the opponent",
+        "each model's win, rule-break and decisive rates minus M0's on the same words and "
+        "roles, with paired 95% intervals",
+    ),
     Plot("selfplay_outcomes", "Self-play", "self-play outcome mix by epoch"),
     Plot("decisive_games", "Self-play", "decisive games and role weights by epoch"),
     Plot("rewards", "Self-play", "reward distribution of game samples by epoch and role"),

@@ -237,6 +237,43 @@ def plot_win_rates(
     save(fig, path)
 
 
+def plot_paired(eval_games: pd.DataFrame | None, path: str | os.PathLike) -> None:
+    """Each model's rates minus the reference's (M0) on the same words and roles, per
+    metric (panel) and role, with the paired 95% bootstrap intervals; zero: no change."""
+    from spag.evaluation.paired import METRICS
+
+    fig, axes = plt.subplots(1, len(METRICS), figsize=(FIGSIZE[0] * 1.5, FIGSIZE[1]), sharey=True)
+    table = eval_games if eval_games is not None else pd.DataFrame()
+    has = not table.empty and "win_diff" in table.columns and _has(_numeric(table, "win_diff"))
+    titles = {"win": "win rate", "broke_rules": "rule breaks", "decisive": "decisive games"}
+    offsets = {"attacker": -0.08, "defender": 0.08, "all": 0.0}
+    for ax, metric in zip(axes, METRICS, strict=True):
+        ax.set_title(f"{titles[metric]}: model - M0")
+        if not has:
+            no_data(ax, "no paired evaluation games")
+            continue
+        orders = set()
+        for role, label in ROLE_LABELS.items():
+            df = table[table["role"] == role].assign(epoch=lambda d: _numeric(d, "epoch"))
+            df = df[_numeric(df, f"{metric}_diff").notna()].sort_values("epoch")
+            if df.empty:
+                continue
+            y = _numeric(df, f"{metric}_diff")
+            below = (y - _numeric(df, f"{metric}_diff_lo")).clip(lower=0).fillna(0)
+            above = (_numeric(df, f"{metric}_diff_hi") - y).clip(lower=0).fillna(0)
+            ax.errorbar(df["epoch"] + offsets[role], y, yerr=[below, above], marker="o",
+                        capsize=3, ls="none", color=ROLE_COLORS[role], label=label)  # fmt: skip
+            orders.update(int(o) for o in df["epoch"])
+        ax.axhline(0.0, color="#555555", lw=1)
+        ax.set_xticks(sorted(orders), labels=[model_label(o) for o in sorted(orders)])
+        ax.set_ylim(-1.05, 1.05)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("difference (paired 95% bootstrap interval)")
+    if has:
+        axes[0].legend(fontsize=8, loc="best")
+    save(fig, path)
+
+
 def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike) -> None:
     """Share of each self-play outcome by epoch (stacked bars, game counts on top)."""
     from spag.data.tables import OUTCOMES
@@ -549,6 +586,7 @@ def run_plots(
     jobs: dict[str, Callable[[Path], None]] = {
         "reasoning": lambda p: plot_reasoning(reasoning_df, p),
         "eval_win_rates": lambda p: plot_win_rates(summary_df, p, games_df),
+        "eval_paired": lambda p: plot_paired(games_df, p),
         "selfplay_outcomes": lambda p: plot_outcomes(summary_df, p),
         "decisive_games": lambda p: plot_decisive(summary_df, p),
         "rewards": lambda p: plot_rewards(sample_dfs, p),

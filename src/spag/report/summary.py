@@ -461,3 +461,23 @@ def collect_eval_games(paths: Sequence[str | os.PathLike]):
     df = pd.DataFrame(rows, columns=list(EVAL_COLUMNS))
     df = df.assign(_role=df["role"].map(role_order)).sort_values(["epoch", "_role"], kind="stable")
     return df.drop(columns="_role").reset_index(drop=True)
+
+
+def add_paired(games, episodes: Sequence[str | os.PathLike], reference: str = "imitation"):
+    """The evaluation games table with each model's paired difference from
+    ``reference`` per role (:data:`spag.evaluation.paired.PAIRED_COLUMNS`; empty on the
+    reference's own rows), from the models' evaluation games (``episodes``)."""
+    import pandas as pd
+
+    from spag.evaluation.paired import PAIRED_COLUMNS, paired_table
+
+    paired = pd.DataFrame(
+        paired_table(episodes, reference), columns=["model", "role", *PAIRED_COLUMNS]
+    )
+    missing = set(games["model"]) - set(paired["model"]) - {reference}
+    if missing:
+        raise SpagInputError(
+            f"no evaluation games given for {', '.join(sorted(missing))}: --eval-episodes "
+            "takes the games of every model of --eval-games"
+        )
+    return games.merge(paired, on=["model", "role"], how="left")
