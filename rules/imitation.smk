@@ -68,9 +68,11 @@ rule imitation_samples:
         **job_resources("cpu"),
     params:
         seed=config["seed"],
+        # Teacher games must show both roles won (a released file is taken as it is).
+        both_roles="--require-both-roles data.teacher" if TEACHER else "",
     shell:
         "exec spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
-        " --output {output:q} --seed {params.seed} > {log:q} 2>&1"
+        " --output {output:q} --seed {params.seed} {params.both_roles} > {log:q} 2>&1"
 
 
 rule score_imitation:

@@ -29,6 +29,21 @@ def teacher_answer(prompt: str) -> str:
     return "I know the word! It is xylophone!"
 
 
+HIDDEN = re.compile(r"Read it backwards: ([a-z]+)\.")
+
+
+def two_sided_answer(prompt: str) -> str:
+    """A teacher that wins in both roles: as attacker it spells the word backwards, as
+    defender it reads that back and guesses right for words of even length, wrong
+    (the attacker wins) for the others."""
+    target = TARGET.search(prompt)
+    if target:
+        return f"Read it backwards: {target.group(1)[::-1]}."
+    hidden = HIDDEN.findall(prompt)
+    word = hidden[-1][::-1] if hidden else ""
+    return f"I know the word! It is {word if len(word) % 2 == 0 and word else 'xylophone'}!"
+
+
 def tie_answer(prompt: str) -> str:
     return "Let us talk about the weather." if TARGET.search(prompt) else "Nice weather."
 
@@ -180,20 +195,43 @@ def test_plan_of_a_teacher_run(tmp_path):
 
 
 @pytest.mark.e2e
+def test_teacher_games_won_by_one_role_only_are_refused_naming_the_key(words, tmp_path):
+    with FakeEndpoint(teacher_answer) as ep:
+        games = tmp_path / "games.parquet"
+        assert _play(ep.spec(), words, games, "--max-turns", "2").returncode == 0
+    out = tmp_path / "samples.parquet"
+    cmd = [sys.executable, "-m", "spag", "imitation-samples", "--input", str(games)]
+    res = subprocess.run(
+        [*cmd, "--output", str(out), "--require-both-roles", "data.teacher"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert "no game won by the defender among 3 (attacker_wins 3)" in res.stderr
+    assert "key 'data.teacher'" in res.stderr and not out.exists()
+    # a released games file is taken as it is
+    res = subprocess.run([*cmd, "--output", str(out)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
 def test_m0_imitates_the_teachers_games(tmp_path):
     wd = make_workdir(tmp_path / "run", TINY_OVERLAY)
-    with FakeEndpoint(teacher_answer) as ep:
+    with FakeEndpoint(two_sided_answer) as ep:
         # the chat API, and a spec with '&' and '?' through the rule's shell line
         config = _teacher_config(ep.spec(api="chat"), num_shards=2, max_new_tokens=16)
         res = snakemake(wd, "imitation", config=config)
         assert res.returncode == 0, res.stderr[-3000:]
     opts = pcsv.ParseOptions(delimiter="\t")
     (counts,) = pcsv.read_csv(wd / "results/teacher/outcomes.tsv", parse_options=opts).to_pylist()
-    words = len((wd / "results/words/train.txt").read_text().split())
-    assert counts["attacker_wins"] == counts["total"] == words
+    train = (wd / "results/words/train.txt").read_text().split()
+    even = sum(len(w) % 2 == 0 for w in train)
+    assert 0 < even < len(train)
+    assert (counts["defender_wins"], counts["attacker_wins"]) == (even, len(train) - even)
     samples = pq.read_table(wd / "results/imitation/samples.parquet").to_pylist()
     games = [s for s in samples if s["type"] == "game"]
-    assert len(games) == words and {s["role"] for s in games} == {"attacker"}
+    # the winner's messages: one per attacker-won game (its clue), one per defender win
+    assert sorted(s["role"] for s in games) == sorted(
+        ["attacker"] * (len(train) - even) + ["defender"] * even
+    )
     assert (wd / "results/imitation/model/config.json").is_file()
     assert ep.requests and all(r["path"].endswith("/chat/completions") for r in ep.requests)
     # each teacher shard job is its own rule run, rerun alone when removed

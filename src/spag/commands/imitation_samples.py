@@ -19,6 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", required=True, help="samples Parquet to write")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised prompts")
     p.add_argument("--prompts", default=None, help="prompts YAML (default: the shipped one)")
+    p.add_argument(
+        "--require-both-roles",
+        metavar="KEY",
+        default=None,
+        help="refuse games won by only one role, naming KEY (the setting that played them)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         prompts=load_prompts(args.prompts) if games is not None else None,
         source=names,
         instructions_source=names,
+        both_roles_key=args.require_both_roles,
     )
     write_parquet(samples, args.output)
     log.info("%s: %d imitation samples from %s", args.output, samples.num_rows, names)

@@ -175,10 +175,15 @@ def imitation_samples(
     prompts: Prompts | None = None,
     source: str = "episodes",
     instructions_source: str = "instructions",
+    both_roles_key: str | None = None,
 ) -> pa.Table:
     """Imitation data: the winner's messages of decisive demonstration games
     (type ``game``, reward 1.0, weight 1.0, randomised prompts), then instruction
     rows (``query``/``target``) as they are (type ``sft``, reward 1.0, weight 1.0).
+
+    With ``both_roles_key`` (the config key that made the games, e.g. a teacher's),
+    games won by only one role are refused naming it: M0 would never see the other
+    role won.
     """
     cols = _Columns()
     if episodes_table is not None:
@@ -194,6 +199,14 @@ def imitation_samples(
             raise SpagInputError(
                 f"{source}: no decisive game among {len(outcomes)} ({counts}): "
                 "no demonstrations to imitate"
+            )
+        if both_roles_key and not (n_att and n_def):
+            missing = "attacker" if not n_att else "defender"
+            counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
+            raise SpagInputError(
+                f"{source}: no game won by the {missing} among {len(outcomes)} ({counts}): "
+                f"M0 would never imitate the {missing}; key '{both_roles_key}': play more "
+                "games per word, sample at another temperature, or choose a stronger player"
             )
         cols.weight = [1.0] * len(cols.role)
     if instructions is not None:
