@@ -9,6 +9,7 @@ trackio's local database. A variable the user set already wins over these defaul
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -19,6 +20,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,16 +172,28 @@ def log_loop_figures(
     figures = loop_figures(row)
     if not figures:
         return []
-    apply_environment(tracker_environment(names, tracking_dir, project, run_name, "loop"))
     logged = []
-    for name in names:
-        try:
-            _LOOP_WRITERS[name](figures, epoch, Path(tracking_dir), project, run_name)
-        except Exception as e:  # noqa: BLE001 - any tracker failure leaves the run going
-            log.warning("tracking: %s did not take epoch %d's figures: %s", name, epoch, e)
-        else:
-            logged.append(name)
+    with _environment(tracker_environment(names, tracking_dir, project, run_name, "loop")):
+        for name in names:
+            try:
+                _LOOP_WRITERS[name](figures, epoch, Path(tracking_dir), project, run_name)
+            except Exception as e:  # noqa: BLE001 - any tracker failure leaves the run going
+                log.warning("tracking: %s did not take epoch %d's figures: %s", name, epoch, e)
+            else:
+                logged.append(name)
     return logged
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    """:func:`apply_environment` for the duration of the block only."""
+    added = [k for k in env if k not in os.environ]
+    apply_environment(env)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def loop_figures(row: dict[str, Any]) -> dict[str, float]:

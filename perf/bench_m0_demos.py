@@ -1,0 +1,171 @@
+"""Which demonstrations give SmolLM2-135M an M0 that plays the game?
+
+For each choice of imitation data, in a fresh copy of the workflow with
+``configs/smollm2-135m.yaml`` and ``evaluation.opponent: base``, builds M0 and plays
+the evaluation games of M0 and of the base model against the base model (the
+held-out words, both roles, greedy): M0's rule-break, decisive and win rates per
+role with 95% Wilson intervals, the opponent's own games (base against base), and
+the paired difference between the choices' M0s on the same words.
+
+Choices:
+- ``shipped``: the shipped demonstration games (``data/demo_games.json``);
+- ``self-teacher``: the base model is its own teacher (``data.imitation: teacher``,
+  ``data.teacher.model: results/base_model``), sampled under its chat template,
+  several games per word; M0 imitates the winner of every decisive game.
+
+Usage: python perf/bench_m0_demos.py [--choices shipped self-teacher]
+           [--results perf/results/smollm2-m0-demos] [--workroot DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "perf"))
+
+from bench_workflow import seconds_table, timed  # noqa: E402
+from workflow_utils import make_workdir  # noqa: E402
+
+CHOICES: dict[str, dict] = {
+    "shipped": {},
+    "self-teacher": {
+        "data": {
+            "imitation": "teacher",
+            "teacher": {
+                "model": "results/base_model",
+                "games_per_word": 4,
+                "temperature": 0.7,
+                "top_k": 50,
+                "max_new_tokens": 24,
+                "num_shards": 2,
+            },
+        }
+    },
+}
+TARGETS = ("results/eval/games/imitation.parquet", "results/eval/games/base.parquet")
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in extra.items():
+        out[k] = _merge(out.get(k, {}), v) if isinstance(v, dict) else v
+    return out
+
+
+def rates_line(label: str, games: list[dict], role: str) -> str:
+    from spag.evaluation.games import wilson_interval
+    from spag.evaluation.paired import METRICS
+
+    mine = [g for g in games if role in ("all", g["role"])]
+    n = len(mine)
+    cells = []
+    for metric in ("broke_rules", "decisive", "win"):
+        k = sum(METRICS[metric](g["outcome"], g["role"]) for g in mine)
+        lo, hi = wilson_interval(k, n)
+        cells.append(f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]")
+    ties = sum(g["outcome"] == "tie" for g in mine)
+    return f"| {label} | {role} | " + " | ".join(cells) + f" | {ties} |"
+
+
+def paired_line(label: str, rows: dict, role: str) -> str:
+    r = rows[role]
+    cells = [
+        f"{r[f'{m}_diff']:+.2f} [{r[f'{m}_diff_lo']:+.2f}, {r[f'{m}_diff_hi']:+.2f}], "
+        f"p={r[f'{m}_diff_p']:.2g}"
+        for m in ("broke_rules", "decisive", "win")
+    ]
+    return f"| {label} | {role} | " + " | ".join(cells) + f" | {r['pairs']} |"
+
+
+def main() -> None:
+    from spag.evaluation.games import judged_games
+    from spag.evaluation.paired import paired_rows
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=str(REPO / "configs" / "smollm2-135m.yaml"))
+    ap.add_argument("--choices", nargs="+", default=list(CHOICES), choices=list(CHOICES))
+    ap.add_argument("--results", default=str(REPO / "perf" / "results" / "smollm2-m0-demos"))
+    ap.add_argument("--workroot", default=None, help="folder of the runs (default: temporary)")
+    args = ap.parse_args()
+    overlay = yaml.safe_load(Path(args.config).read_text())
+    overlay = _merge(overlay, {"evaluation": {"opponent": "base"}})
+    root = Path(args.workroot or tempfile.mkdtemp(prefix="spag-m0-"))
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    load = os.getloadavg()[0]
+    runs = {}
+    for name in args.choices:
+        wd = make_workdir(root / name, _merge(overlay, CHOICES[name]))
+        secs, cpu, _ = timed(wd, *TARGETS, timeout=3 * 3600)
+        print(f"{name}: {secs / 60:.1f} min in {wd}", flush=True)
+        runs[name] = dict(
+            wd=wd,
+            secs=secs,
+            m0=judged_games(wd / TARGETS[0])[0],
+            base=judged_games(wd / TARGETS[1])[0],
+        )
+    lines = [
+        "# Demonstrations for SmolLM2-135M's M0",
+        "",
+        f"Started {started}; machine: {platform.machine()}, {os.cpu_count()} cores; load "
+        f"average at the start {load:.1f}. Command: `python perf/bench_m0_demos.py` "
+        f"(configs/{Path(args.config).name}, `evaluation.opponent: base`; targets "
+        f"{', '.join(TARGETS)}).",
+        "",
+        "Evaluation games: greedy, on the held-out words, each word once per role, against "
+        "the base model under the chat template. Counts with 95% Wilson intervals. "
+        "`decisive`: won by either side by play (not a rule break, not a tie); `win`: from "
+        "the evaluated model's side (as defender, the opponent's rule break is a win).",
+        "",
+        "| M0 from | role | broke rules | decisive | wins | ties |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, run in runs.items():
+        for role in ("attacker", "defender", "all"):
+            lines.append(rates_line(name, run["m0"], role))
+    first = next(iter(runs.values()))
+    lines += [
+        "",
+        "The opponent's own games (the base model against itself, same words):",
+        "",
+        "| model | role | broke rules | decisive | wins | ties |",
+        "|---|---|---|---|---|---|",
+        *(rates_line("base", first["base"], role) for role in ("attacker", "defender", "all")),
+    ]
+    names = list(runs)
+    if len(names) > 1:
+        a, b = names[1], names[0]
+        rows = paired_rows(runs[a]["m0"], runs[b]["m0"], names=(a, b))
+        lines += [
+            "",
+            f"Paired, M0 from {a} minus M0 from {b} on the same words and roles "
+            "(95% bootstrap interval over words, exact McNemar p):",
+            "",
+            "| difference | role | broke rules | decisive | wins | pairs |",
+            "|---|---|---|---|---|---|",
+            *(paired_line(f"{a} - {b}", rows, role) for role in ("attacker", "defender", "all")),
+        ]
+    for name, run in runs.items():
+        lines += ["", f"## `{name}`: {run['secs'] / 60:.1f} min wall from nothing", ""]
+        outcomes = run["wd"] / "results" / "teacher" / "outcomes.tsv"
+        if outcomes.exists():
+            lines += ["Teacher games (judged):", "", "```", outcomes.read_text().strip(), "```", ""]
+        lines += seconds_table(run["wd"])
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}/README.md")
+
+
+if __name__ == "__main__":
+    main()
