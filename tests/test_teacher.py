@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
@@ -161,19 +162,38 @@ def test_a_broken_endpoint_is_a_clear_error_and_no_shard(words, tmp_path, fault,
     assert not out.exists()
 
 
-def test_undecided_teacher_games_give_no_silent_empty_imitation_set(words, tmp_path):
-    with FakeEndpoint(tie_answer) as ep:
+def _teacher_games(answer, words, tmp_path) -> Path:
+    """Teacher games on ``words`` played by a fake endpoint answering with ``answer``."""
+    with FakeEndpoint(answer) as ep:
         games = tmp_path / "games.parquet"
         assert _play(ep.spec(), words, games, "--max-turns", "2").returncode == 0
-    out = tmp_path / "samples.parquet"
+    return games
+
+
+def _imitation_samples(games: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "spag", "imitation-samples", "--input", str(games)]
-    res = subprocess.run([*cmd, "--output", str(out)], capture_output=True, text=True)
+    return subprocess.run([*cmd, "--output", str(out), *extra], capture_output=True, text=True)
+
+
+def test_undecided_teacher_games_give_no_silent_empty_imitation_set(words, tmp_path):
+    games, out = _teacher_games(tie_answer, words, tmp_path), tmp_path / "samples.parquet"
+    res = _imitation_samples(games, out)
     assert res.returncode == 2
     assert "no decisive game among 3 (tie 3)" in res.stderr and str(games) in res.stderr
     assert not out.exists()
 
 
-# ---------------------------------------------------------------- the workflow
+def test_teacher_games_won_by_one_role_only_are_refused_naming_the_key(words, tmp_path):
+    games, out = _teacher_games(teacher_answer, words, tmp_path), tmp_path / "samples.parquet"
+    res = _imitation_samples(games, out, "--require-both-roles", "data.teacher")
+    assert res.returncode == 2
+    assert "no game won by the defender among 3 (attacker_wins 3)" in res.stderr
+    assert "key 'data.teacher'" in res.stderr and not out.exists()
+    # a released games file is taken as it is
+    res = _imitation_samples(games, out)
+    assert res.returncode == 0, res.stderr
+
+
 def test_plan_of_a_teacher_run(tmp_path):
     wd = make_workdir(tmp_path / "plan")
     config = _teacher_config("openai:http://127.0.0.1:9/v1?model=big", num_shards=3)
@@ -195,24 +215,6 @@ def test_plan_of_a_teacher_run(tmp_path):
 
 
 @pytest.mark.e2e
-def test_teacher_games_won_by_one_role_only_are_refused_naming_the_key(words, tmp_path):
-    with FakeEndpoint(teacher_answer) as ep:
-        games = tmp_path / "games.parquet"
-        assert _play(ep.spec(), words, games, "--max-turns", "2").returncode == 0
-    out = tmp_path / "samples.parquet"
-    cmd = [sys.executable, "-m", "spag", "imitation-samples", "--input", str(games)]
-    res = subprocess.run(
-        [*cmd, "--output", str(out), "--require-both-roles", "data.teacher"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert res.returncode == 2
-    assert "no game won by the defender among 3 (attacker_wins 3)" in res.stderr
-    assert "key 'data.teacher'" in res.stderr and not out.exists()
-    # a released games file is taken as it is
-    res = subprocess.run([*cmd, "--output", str(out)], capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
-
-
 def test_m0_imitates_the_teachers_games(tmp_path):
     wd = make_workdir(tmp_path / "run", TINY_OVERLAY)
     with FakeEndpoint(two_sided_answer) as ep:
