@@ -23,7 +23,7 @@ from spag.cluster import family_resources, threads_per_rank, torchrun_prefix
 from spag.device import family_device
 from spag.data.words import read_word_list
 from spag.game.teacher import teacher_plan, uses_teacher
-from spag.generation.openai_backend import is_endpoint_spec, parse_spec
+from spag.generation.openai_backend import is_endpoint_spec
 
 validate_config(config, source="config")
 if not workflow.remote_exec:
@@ -176,15 +176,11 @@ def opponent_model(wildcards):
     return [] if is_endpoint_spec(opponent) else opponent
 
 
-def opponent_name():
-    """The opponent's name in the games and tables: the built-in's, the endpoint's
-    model, or the folder's name."""
+def opponent_name_arg():
+    """A built-in opponent is named as in the config; a folder or an endpoint gets the
+    name `spag play` gives it (the folder's, the endpoint's model)."""
     opponent = config["evaluation"]["opponent"]
-    if opponent in BUILTIN_OPPONENTS:
-        return opponent
-    if is_endpoint_spec(opponent):
-        return parse_spec(opponent).model
-    return Path(opponent).name
+    return f"--opponent-name {opponent}" if opponent in BUILTIN_OPPONENTS else ""
 
 
 def opponent_arg(wildcards, input):

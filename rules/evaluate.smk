@@ -27,13 +27,13 @@ rule eval_play:
         threads=threads_arg,
         seed=config["seed"],
         opponent=opponent_arg,
-        opponent_name=opponent_name(),
+        opponent_name=opponent_name_arg(),
         args=eval_play_args(),
     shell:
         "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch {wildcards.epoch} --seed {params.seed} --model-name epoch{wildcards.epoch}"
-        " --opponent-name {params.opponent_name:q} --threads {params.threads} {params.args} > {log:q} 2>&1"
+        " {params.opponent_name} --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
 rule eval_games:
@@ -79,13 +79,13 @@ rule eval_play_baseline:
         # -1 for the base model, 0 for M0: the epoch column of the tables.
         epoch=lambda wildcards: model_order(wildcards.model),
         opponent=opponent_arg,
-        opponent_name=opponent_name(),
+        opponent_name=opponent_name_arg(),
         args=eval_play_args(),
     shell:
         "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --epoch={params.epoch} --seed {params.seed} --model-name {wildcards.model}"
-        " --opponent-name {params.opponent_name:q} --threads {params.threads} {params.args} > {log:q} 2>&1"
+        " {params.opponent_name} --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
 rule eval_games_baseline:

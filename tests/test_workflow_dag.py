@@ -186,7 +186,8 @@ def test_endpoint_opponent_is_passed_through_not_an_input(workdir):
     res = snakemake(workdir, "spag_epoch1", "-n", config={"evaluation": {"opponent": spec}})
     assert res.returncode == 0, res.stderr
     assert f"--opponent '{spec}'" in res.stdout
-    assert "--opponent-name gpt-4 " in res.stdout
+    # named by spag play from its spec (the endpoint's model), as any endpoint player
+    assert "--opponent-name" not in res.stdout
 
 
 def test_the_base_model_as_the_evaluation_opponent(workdir):

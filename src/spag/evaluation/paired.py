@@ -79,6 +79,7 @@ def paired_rows(
     for role in (*ROLES, "all"):
         keys = sorted(k for k in mine if role in ("all", k[1]))
         words = sorted({w for w, _ in keys})
+        index = {w: i for i, w in enumerate(words)}
         row: dict[str, float] = {"pairs": len(keys)}
         # one resample of words for every metric of this row
         draws = rng.integers(0, len(words), size=(resamples, len(words))) if words else None
@@ -90,7 +91,6 @@ def paired_rows(
             if not keys:
                 row.update({f"{metric}_diff{s}": math.nan for s in ("", "_lo", "_hi", "_p")})
                 continue
-            index = {w: i for i, w in enumerate(words)}
             per_word = np.zeros(len(words))
             games_of = np.zeros(len(words))
             for k in keys:
