@@ -6,6 +6,8 @@ import os
 
 from snakemake.utils import min_version
 
+from spag.config import validate_config
+
 min_version("9.14.1")
 
 # envs/*.yaml install this project as `-e "${SPAG_PROJECT_DIR}[extra]"`: conda runs their
@@ -18,7 +20,16 @@ os.environ.update(SPAG_PROJECT_DIR=workflow.basedir)
 configfile: "config.yaml"
 
 
-include: "rules/common.smk"
+# Every rule file reads the validated config, the schema's defaults filled in.
+validate_config(config, source="config")
+
+
+# Shared by the stage files below: where files live and the run's targets (paths), the
+# checks before any job and the jobs' environment (setup), how jobs run and the flags
+# rules pass to `spag` (resources). What one stage alone uses sits in a file it includes.
+include: "rules/paths.smk"
+include: "rules/setup.smk"
+include: "rules/resources.smk"
 
 
 wildcard_constraints:

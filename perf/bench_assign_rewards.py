@@ -128,7 +128,7 @@ def write_episodes(path: Path, n: int, seed: int = 0, distinct: bool = False) ->
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow_scripts"))
     from spag.data.tables import EPISODE_FIELDS
 
     rng = random.Random(seed)

@@ -86,8 +86,8 @@ class GenerateBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from spag.game.rendering import PromptRenderer
         from spag.generation.base import context_budget, stop_token_ids
+        from spag.models.rendering import PromptRenderer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(
@@ -100,20 +100,20 @@ class GenerateBackend:
         self.batch_size = batch_size
         self.max_length = context_budget(model_dir, None)
 
-    def generate(self, prompts, *, max_new_tokens, temperature, top_p, top_k, greedy, seed, **_):
+    def generate(self, prompts, sampling, *, seed, **_):
         import torch
         from transformers import GenerationConfig
 
         from spag.generation.base import MIN_NEW_TOKENS, Reply
 
-        encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
+        encoded = self.encoder.encode(prompts, self.max_length - sampling.max_new_tokens)
         config = GenerationConfig(
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=sampling.max_new_tokens,
             min_new_tokens=MIN_NEW_TOKENS,
-            do_sample=not greedy,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
+            do_sample=not sampling.greedy,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
         )
@@ -153,20 +153,18 @@ def worker(args: argparse.Namespace) -> int:
     from spag.data.words import read_word_list
     from spag.game.prompts import load_prompts
     from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+    from spag.generation import Sampling
 
     torch.set_num_threads(args.threads)
     batch = 1 if args.worker == "one-by-one" else args.batch_size
     backend = GenerateBackend(Path(args.model), batch, args.prompt_format)
-    settings = PlaySettings(
-        max_turns=args.max_turns,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        greedy=args.greedy,
-        seed=0,
+    sampling = Sampling(
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, greedy=args.greedy
     )
+    settings = PlaySettings(max_turns=args.max_turns, sampling=sampling, seed=0)
     start = time.perf_counter()
     games = play_games(
-        selfplay_specs(read_word_list(args.words), 0, 0),
+        selfplay_specs(read_word_list(args.words), 0, 0, 1),
         {POLICY: backend},
         load_prompts(),
         settings,

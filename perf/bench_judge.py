@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "workflow_scripts"))
 
 
 def games(n: int, seed: int = 0):
@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--old-rev", default="0c0b7f0")
     ap.add_argument("--results", default=str(REPO / "perf" / "results" / "judge.md"))
     args = ap.parse_args()
-    # The package lay under workflow_scripts/ before it moved to src/.
+    # The package has lain under src/ and workflow_scripts/ in the history.
     for where in ("src/spag/judge.py", "workflow_scripts/spag/judge.py"):
         shown = subprocess.run(
             ["git", "show", f"{args.old_rev}:{where}"], cwd=REPO, capture_output=True, text=True

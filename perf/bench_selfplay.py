@@ -45,14 +45,15 @@ def one_by_one(model, tokenizer, words, prompts, max_turns, max_new_tokens, temp
     from transformers import GenerationConfig
 
     from spag.game.selfplay import end_reason
+    from spag.generation import Sampling
 
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
         min_new_tokens=2,
         do_sample=True,
         temperature=temperature,
-        top_k=50,  # as the research code (transformers default) and spag play
-        top_p=1.0,
+        top_k=Sampling.top_k,  # as the research code (transformers default) and spag play
+        top_p=Sampling.top_p,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id,
     )
@@ -110,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from spag.game.prompts import load_prompts
     from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
-    from spag.generation import load_backend
+    from spag.game.settings import GameSettings
+    from spag.generation import Sampling, load_backend
     from spag.models.tiny import build_tiny_model
 
     torch.set_num_threads(args.threads)
@@ -123,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         model_dir = build_tiny_model(corpus, Path(tmp.name) / "model")
     prompts = load_prompts()
-    backend = load_backend("hf", model_dir, batch_size=args.batch_size)
+    backend = load_backend(
+        "hf",
+        model_dir,
+        batch_size=args.batch_size,
+        prompt_format=GameSettings.prompt_format,
+        trust_remote_code=False,
+    )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     params = sum(x.numel() for x in model.parameters())
@@ -131,12 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in args.games:
         words = bench_words(n)
-        settings = PlaySettings(
-            max_turns=args.max_turns,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            seed=n,
-        )
+        sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+        settings = PlaySettings(max_turns=args.max_turns, sampling=sampling, seed=n)
         base_words = words[: args.baseline_games] if args.baseline_games else words
         # One-by-one games in two halves around the batched run, so that a change in
         # the machine's load during the row weighs on both sides alike.
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             if i == 1:
                 t0, c0 = time.perf_counter(), time.process_time()
                 games = play_games(
-                    selfplay_specs(words, 0, 0), {POLICY: backend}, prompts, settings
+                    selfplay_specs(words, 0, 0, 1), {POLICY: backend}, prompts, settings
                 )
                 batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
                 batched_tokens = sum(sum(g.message_tokens) for g in games)

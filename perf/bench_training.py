@@ -73,14 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     from spag.data.tables import SAMPLE_SCHEMA, write_parquet
     from spag.models.tiny import build_tiny_model
     from spag.training.collate import SampleCollator, SampleDataset, build_features, pad_token_id
-    from spag.training.run import TrainConfig, training_arguments
-    from spag.training.scoring import load_model_and_tokenizer, score_file
+    from spag.training.losses import sequence_logprobs
+    from spag.training.run import training_arguments
+    from spag.training.scoring import load_model_and_tokenizer, model_sequence_logprobs, score_file
+    from spag.training.settings import TrainConfig
     from spag.training.trainer import SpagTrainer
 
     class Counting(SpagTrainer):
         """Counts real and padded positions of every batch the model sees."""
 
         tokens = positions = 0
+        # False: the vocabulary projection over every position (no logits_to_keep).
+        trim_logits = True
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             mask = inputs["attention_mask"]
@@ -88,22 +92,31 @@ def main(argv: list[str] | None = None) -> int:
             self.positions += mask.numel()
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    class Naive(Counting):
+        def policy_logprobs(self, model, inputs):
+            return model_sequence_logprobs(
+                model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"],
+                trim_logits=self.trim_logits,
+            )  # fmt: skip
+
+    class FullLogits(Counting):
+        trim_logits = False
+
+    class Naive(FullLogits):
         """The reference model lives beside the policy and runs on every batch."""
 
         def __init__(self, *a, ref_model, **kw):
             super().__init__(*a, **kw)
             self.ref_model = ref_model.eval()
 
-        def reference_logprobs(self, inputs):
-            from spag.training.losses import sequence_logprobs
-
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             with torch.no_grad():
                 logits = self.ref_model(
                     input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
                     use_cache=False,
                 ).logits  # fmt: skip
-                return sequence_logprobs(logits, inputs["labels"])
+                ref = sequence_logprobs(logits, inputs["labels"])
+            inputs = {**inputs, "ref_logprob": ref}
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     work = Path(tempfile.mkdtemp(prefix="bench_training."))
     corpus = sorted(q for q in (REPO / "data").glob("*") if q.suffix in (".json", ".yaml", ".txt"))
@@ -134,17 +147,19 @@ def main(argv: list[str] | None = None) -> int:
             loss_log=str(work / "loss.tsv"), learning_rate=1e-4, max_steps=steps,
             per_device_batch_size=args.batch_size, gradient_accumulation_steps=1,
             max_length=args.max_length, save_steps=10**6, logging_steps=10**6, seed=args.seed,
+            group_by_length=name != "naive",
         )  # fmt: skip
         common = dict(
-            model=model, args=training_arguments(cfg, None), train_dataset=dataset,
-            data_collator=SampleCollator(pad_token_id(tokenizer)), method="offline_po",
-            kl_coeff=0.2, lengths=dataset.lengths,
+            model=model, args=training_arguments(cfg, None, "cpu"), train_dataset=dataset,
+            data_collator=SampleCollator(pad_token_id(tokenizer)), lengths=dataset.lengths,
         )  # fmt: skip
-        if name.startswith("ours"):
-            trainer = Counting(**common, group_by_length=True, trim_logits=name == "ours")
+        if name == "ours":
+            trainer = Counting(**common)
+        elif name == "ours_full_logits":
+            trainer = FullLogits(**common)
         else:
             ref, _ = load_model_and_tokenizer(model_dir)
-            trainer = Naive(**common, group_by_length=False, trim_logits=False, ref_model=ref)
+            trainer = Naive(**common, ref_model=ref)
         t0, c0 = time.perf_counter(), time.process_time()
         trainer.train()
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -1,4 +1,15 @@
 # Inputs of the run: target words, the base model, instruction (SFT) data.
+#
+# rule          spag step                 package module (spag.)
+# target_words  target-words              commands/target_words.py, data/words.py
+# base_model    build-tiny-model (tiny)   commands/build_tiny_model.py, models/tiny.py
+#               prepare-base-model        commands/prepare_base_model.py, models/base_model.py
+# sft_data      prepare-sft               commands/prepare_sft.py, data/formats.py
+
+TINY_BASE = (
+    config["base_model"]["name_or_path"] == "tiny"
+    and not config["base_model"]["gguf_file"]
+)
 
 
 rule target_words:
@@ -22,72 +33,71 @@ rule target_words:
         **job_resources("cpu"),
     params:
         source=config["words"]["source"],
-        args=cli_args(
-            num_train=config["words"]["num_train"],
-            num_test=config["words"]["num_test"],
-            min_length=config["words"]["min_length"],
-            max_length=config["words"]["max_length"],
-            seed=config["seed"],
-        ),
+        args=cli_flags(**words_arguments(config)),
     shell:
         "exec spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
         " --output-train {output.train:q} --output-test {output.test:q} {params.args}"
         " > {log:q} 2>&1"
 
 
+# The base model is built (the embedded tiny model) or prepared (a hub id, a local
+# folder, a GGUF file): one rule, whose inputs, settings and step depend on which.
 if TINY_BASE:
-
-    rule base_model:
-        input:
-            corpus=config["base_model"]["tiny"]["corpus"],
-        output:
-            directory(BASE_MODEL),
-        log:
-            log_path("base_model.log"),
-        benchmark:
-            bench_path("base_model.tsv")
-        conda:
-            "../envs/train.yaml"
-        resources:
-            **job_resources("cpu"),
-        params:
-            args=cli_args(
-                vocab_size=config["base_model"]["tiny"]["vocab_size"],
-                hidden_size=config["base_model"]["tiny"]["hidden_size"],
-                intermediate_size=config["base_model"]["tiny"]["intermediate_size"],
-                num_layers=config["base_model"]["tiny"]["num_layers"],
-                num_heads=config["base_model"]["tiny"]["num_heads"],
+    _tiny = config["base_model"]["tiny"]
+    BASE_MODEL_STEP = dict(
+        input=dict(corpus=_tiny["corpus"]),
+        params=dict(
+            args=cli_flags(
+                vocab_size=_tiny["vocab_size"],
+                hidden_size=_tiny["hidden_size"],
+                intermediate_size=_tiny["intermediate_size"],
+                num_layers=_tiny["num_layers"],
+                num_heads=_tiny["num_heads"],
                 seed=config["seed"],
-            ),
-        shell:
+            )
+        ),
+        shell=(
             "exec spag build-tiny-model --corpus {input.corpus:q} --output {output:q} {params.args}"
             " > {log:q} 2>&1"
-
+        ),
+    )
 else:
-
-    rule base_model:
-        input:
-            gguf=base_model_gguf(),
-        output:
-            directory(BASE_MODEL),
-        log:
-            log_path("base_model.log"),
-        benchmark:
-            bench_path("base_model.tsv")
-        conda:
-            "../envs/train.yaml"
-        resources:
-            **job_resources("cpu"),
-        params:
-            name=config["base_model"]["name_or_path"],
-            args=cli_args(
-                revision=config["base_model"]["revision"],
-                trust_remote_code=config["base_model"]["trust_remote_code"],
-                gguf_file=config["base_model"]["gguf_file"],
+    _base = config["base_model"]
+    BASE_MODEL_STEP = dict(
+        # A local GGUF is an input: a changed file rebuilds the base model and what follows.
+        input=dict(gguf=[_base["gguf_file"]] if _base["gguf_file"] else []),
+        params=dict(
+            name=_base["name_or_path"],
+            args=cli_flags(
+                revision=_base["revision"],
+                trust_remote_code=_base["trust_remote_code"],
+                gguf_file=_base["gguf_file"],
             ),
-        shell:
+        ),
+        shell=(
             "exec spag prepare-base-model --name-or-path {params.name:q} --output {output:q}"
             " {params.args} > {log:q} 2>&1"
+        ),
+    )
+
+
+rule base_model:
+    input:
+        **BASE_MODEL_STEP["input"],
+    output:
+        directory(BASE_MODEL),
+    log:
+        log_path("base_model.log"),
+    benchmark:
+        bench_path("base_model.tsv")
+    conda:
+        "../envs/train.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        **BASE_MODEL_STEP["params"],
+    shell:
+        BASE_MODEL_STEP["shell"]
 
 
 rule sft_data:
@@ -104,6 +114,6 @@ rule sft_data:
     resources:
         **job_resources("cpu"),
     params:
-        args=cli_args(max_rows=config["data"]["sft_max_rows"], seed=config["seed"]),
+        args=cli_flags(max_rows=config["data"]["sft_max_rows"], seed=config["seed"]),
     shell:
         "exec spag prepare-sft --input {input:q} --output {output:q} {params.args} > {log:q} 2>&1"

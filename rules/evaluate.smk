@@ -2,8 +2,17 @@
 # reasoning benchmarks (lm-evaluation-harness), and the epoch's summary row. The base
 # model and M0 play the same games against the same opponent: the rows M(e) is read
 # against.
+#
+# rule                 spag step        package module (spag.)
+# eval_play            play             commands/play.py, game/selfplay.py, generation/
+# eval_play_baseline   play             commands/play.py, game/selfplay.py, generation/
+# eval_games           eval-games       commands/eval_games.py, evaluation/games.py
+# eval_games_baseline  eval-games       commands/eval_games.py, evaluation/games.py
+# eval_reasoning       eval-reasoning   commands/eval_reasoning.py, evaluation/reasoning.py
+# epoch_summary        summarize-epoch  commands/summarize_epoch.py, report/summary.py
 
-from spag.report.summary import model_order
+
+include: "opponent.smk"
 
 
 rule eval_play:
@@ -26,13 +35,15 @@ rule eval_play:
     params:
         threads=threads_arg,
         seed=config["seed"],
+        epoch=epoch_arg,
+        model_name=evaluated_name,
         opponent=opponent_arg,
         opponent_name=opponent_name_arg(),
         args=eval_play_args(),
     shell:
         "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
-        " --epoch {wildcards.epoch} --seed {params.seed} --model-name epoch{wildcards.epoch}"
+        " {params.epoch} --seed {params.seed} --model-name {params.model_name}"
         " {params.opponent_name} --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
@@ -49,12 +60,16 @@ rule eval_games:
         "../envs/spag.yaml"
     resources:
         **job_resources("cpu"),
+    params:
+        epoch=epoch_arg,
+        model_name=evaluated_name,
     shell:
-        "exec spag eval-games --episodes {input:q} --output {output:q} --epoch {wildcards.epoch}"
-        " --model-name epoch{wildcards.epoch} > {log:q} 2>&1"
+        "exec spag eval-games --episodes {input:q} --output {output:q} {params.epoch}"
+        " --model-name {params.model_name} > {log:q} 2>&1"
 
 
-rule eval_play_baseline:
+# The base model and M0 play M(e)'s games and get its table.
+use rule eval_play as eval_play_baseline with:
     input:
         model=named_model,
         opponent=opponent_model,
@@ -68,27 +83,9 @@ rule eval_play_baseline:
         bench_path("eval", "play_{model}.tsv")
     wildcard_constraints:
         model="|".join(BASELINE_MODELS),
-    conda:
-        backend_env()
-    threads: job_threads("evaluate")
-    resources:
-        **job_resources("evaluate"),
-    params:
-        threads=threads_arg,
-        seed=config["seed"],
-        # -1 for the base model, 0 for M0: the epoch column of the tables.
-        epoch=lambda wildcards: model_order(wildcards.model),
-        opponent=opponent_arg,
-        opponent_name=opponent_name_arg(),
-        args=eval_play_args(),
-    shell:
-        "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
-        " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
-        " --epoch={params.epoch} --seed {params.seed} --model-name {wildcards.model}"
-        " {params.opponent_name} --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
-rule eval_games_baseline:
+use rule eval_games as eval_games_baseline with:
     input:
         BASELINE_GAMES,
     output:
@@ -99,15 +96,6 @@ rule eval_games_baseline:
         bench_path("eval", "games_{model}.tsv")
     wildcard_constraints:
         model="|".join(BASELINE_MODELS),
-    conda:
-        "../envs/spag.yaml"
-    resources:
-        **job_resources("cpu"),
-    params:
-        epoch=lambda wildcards: model_order(wildcards.model),
-    shell:
-        "exec spag eval-games --episodes {input:q} --output {output:q} --epoch={params.epoch}"
-        " --model-name {wildcards.model} > {log:q} 2>&1"
 
 
 rule eval_reasoning:

@@ -1,6 +1,16 @@
 # Imitation learning (SFTwithKL): M0 imitates the winners of demonstration games,
 # with a KL term against the base model. The games come from a file, or are played
 # by a teacher (data.imitation "teacher"), one job per shard of the words.
+#
+# rule               spag step             package module (spag.)
+# teacher_play       play                  commands/play.py, game/teacher.py
+# teacher_games      merge-episodes        commands/merge_episodes.py, game/merge.py
+# imitation_samples  imitation-samples     commands/imitation_samples.py, data/imitation.py
+# score_imitation    score-ref             commands/score_ref.py, training/scoring.py
+# train_imitation    train                 commands/train.py, training/
+
+
+include: "teacher.smk"
 
 
 rule teacher_play:

@@ -3,6 +3,17 @@
 # launch prefix), and prints one table of what each found (spag.preflight). It runs
 # every time it is asked for: the family reports are temporary inputs that
 # `spag preflight-report` moves to results/preflight/<family>.json.
+#
+# rule                spag step         package module (spag.)
+# preflight_<family>  preflight         commands/preflight.py, preflight.py, device.py
+# preflight           preflight-report  commands/preflight_report.py, preflight.py
+
+import os
+import shutil
+
+
+include: "preflight_units.smk"
+
 
 PREFLIGHT_UNITS = preflight_units()
 PREFLIGHT_WORK = result("preflight", ".work", "{family}.json")

@@ -1,8 +1,25 @@
 # Run-wide summary tables and the plots of `snakemake --report report.html`.
 # The plot files are spag.report.names' (RUN_PLOTS, EPOCH_PLOTS); every plot is
 # marked for the report with its caption report/<key>.rst or report/epoch_<key>.rst.
+#
+# rule            spag step      package module (spag.)
+# summary_tables  summarize-run  commands/summarize_run.py, report/summary.py, report/inputs.py
+# plots           plot-run       commands/plot_run.py, report/plots.py, report/names.py
+# epoch_plots     plot-epoch     commands/plot_epoch.py, report/plots.py, report/names.py
+# run_info        run-info       commands/run_info.py, provenance.py
 
+from pathlib import Path
+
+from spag.provenance import git_info
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
+from spag.tracking import config_digest
+
+# What produced the results, on the summary tables (spag.provenance).
+_git = git_info(workflow.basedir)
+PROJECT_COMMIT = (
+    f"{_git['commit'][:12]}{'-dirty' if _git['dirty'] else ''}" if _git else "unknown"
+)
+CONFIG_DIGEST = config_digest(config)
 
 REPORT_TARGETS = [
     RUN_INFO,
@@ -17,6 +34,9 @@ REPORT_TARGETS = [
         plot=EPOCH_PLOTS,
     ),
 ]
+
+
+include: "report_inputs.smk"
 
 
 rule summary_tables:

@@ -1,4 +1,8 @@
 # Self-play: M(e-1) plays itself, one job per shard of the target words.
+#
+# rule            spag step        package module (spag.)
+# selfplay        play             commands/play.py, game/selfplay.py, generation/
+# merge_episodes  merge-episodes   commands/merge_episodes.py, game/merge.py, judge.py
 
 
 rule selfplay:

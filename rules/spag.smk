@@ -1,4 +1,10 @@
 # SPAG policy optimisation of one epoch: rewards, reference scores, OfflinePO.
+# The scoring and training rules are M0's (imitation.smk) on the epoch's files.
+#
+# rule            spag step        package module (spag.)
+# assign_rewards  assign-rewards   commands/assign_rewards.py, game/rewards.py, judge.py
+# score_ref       score-ref        commands/score_ref.py, training/scoring.py
+# train_spag      train            commands/train.py, training/
 
 
 rule assign_rewards:
@@ -17,15 +23,17 @@ rule assign_rewards:
     resources:
         **job_resources("cpu"),
     params:
-        decay=config["rewards"]["decay"],
-        seed=epoch_seed,
+        **rewards_arguments(config),
+        # Each epoch draws its own randomised training prompts.
+        seed=lambda wildcards: config["seed"] * 1000 + int(wildcards.epoch),
     shell:
         "exec spag assign-rewards --episodes {input.episodes:q} --output {output:q}"
-        " --sft-data {input.sft:q} --decay-weight {params.decay} --seed {params.seed}"
+        " --sft-data {input.sft:q} --decay-weight {params.decay_weight} --seed {params.seed}"
         " --prompts {input.prompts:q} > {log:q} 2>&1"
 
 
-rule score_ref:
+# Reference log-probabilities of the epoch's samples under M(e-1).
+use rule score_imitation as score_ref with:
     input:
         samples=SAMPLES,
         model=previous_model,
@@ -35,19 +43,12 @@ rule score_ref:
         log_path("epoch{epoch}", "score_ref.log"),
     benchmark:
         bench_path("epoch{epoch}", "score_ref.tsv")
-    conda:
-        "../envs/train.yaml"
-    threads: job_threads("score")
-    resources:
-        **job_resources("score"),
     params:
         args=score_args("spag"),
-    shell:
-        "exec spag score-ref --model {input.model:q} --samples {input.samples:q}"
-        " --output {output:q} {params.args} > {log:q} 2>&1"
 
 
-rule train_spag:
+# M(e): M(e-1) trained on the epoch's scored samples.
+use rule train_imitation as train_spag with:
     input:
         samples=SCORED,
         model=previous_model,
@@ -58,16 +59,6 @@ rule train_spag:
         log_path("epoch{epoch}", "train.log"),
     benchmark:
         bench_path("epoch{epoch}", "train.tsv")
-    conda:
-        "../envs/train.yaml"
-    threads: job_threads("train")
-    resources:
-        **job_resources("train"),
     params:
-        launch=train_launcher(),
         checkpoints=str(CHECKPOINTS / "epoch{epoch}"),
         args=train_args("spag"),
-    shell:
-        "exec {params.launch} spag train --model {input.model:q}"
-        " --samples {input.samples:q} --output {output.model:q} --loss-log {output.loss:q}"
-        " --checkpoint-dir {params.checkpoints:q} {params.args} > {log:q} 2>&1"

@@ -30,14 +30,12 @@ class ScriptedBackend:
         self.label = label
         self.calls: list[dict] = []
 
-    def generate(
-        self, prompts, *, max_new_tokens, temperature, top_p, greedy, seed, top_k=0, game_ids=None
-    ):
+    def generate(self, prompts, sampling, *, seed, game_ids=None):
         self.calls.append(
             {
                 "n": len(prompts),
                 "prompts": list(prompts),
-                "greedy": greedy,
+                "greedy": sampling.greedy,
                 "seed": seed,
                 "keys": game_ids,
             }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -10,9 +12,25 @@ from typing import Any
 import pytest
 
 from spag.config import load_schema, validate_config
-from spag.config_doc import REGENERATE, format_value, main, render_config_reference
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "config.md"
+
+
+def _load_script(name: str):
+    # scripts/ is not a package: the renderer is a project tool run by path.
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+config_doc = _load_script("config_doc")
+REGENERATE = config_doc.REGENERATE
+format_value = config_doc.format_value
+main = config_doc.main
+render_config_reference = config_doc.render_config_reference
 STAGES = ("imitation", "spag")
 
 

@@ -7,9 +7,14 @@ import shutil
 import pytest
 
 from spag.errors import SpagInputError
-from spag.game.rendering import PromptRenderer
+from spag.game.settings import GameSettings
 from spag.generation.base import check_model_dir, context_budget, derive_seed
 from spag.generation.registry import BACKENDS, MODEL_BACKENDS, backend_options, load_backend
+from spag.generation.settings import Sampling
+from spag.models.rendering import PromptRenderer
+
+# What spag play always gives a local backend.
+LOCAL = dict(prompt_format=GameSettings.prompt_format, trust_remote_code=False)
 
 PROMPTS = [
     "The game has just started. You are the attacker.",
@@ -24,13 +29,12 @@ def _texts(replies) -> list[str]:
 
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir):
-    return load_backend("hf", tiny_model_dir, batch_size=2)
+    return load_backend("hf", tiny_model_dir, **LOCAL, batch_size=2)
 
 
-def _gen(backend, prompts, **kw):
-    opts = dict(max_new_tokens=6, temperature=1.2, top_p=1.0, top_k=0, greedy=False, seed=7)
-    opts.update(kw)
-    return backend.generate(prompts, **opts)
+def _gen(backend, prompts, *, seed=7, game_ids=None, **kw):
+    sampling = Sampling(**{**dict(max_new_tokens=6, top_k=0), **kw})
+    return backend.generate(prompts, sampling, seed=seed, game_ids=game_ids)
 
 
 def _bias_logits(backend, token_bias: dict[int, float]):
@@ -54,7 +58,7 @@ def test_encoder_adds_exactly_one_bos(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    enc = PromptRenderer(tok)
+    enc = PromptRenderer(tok, "raw")
     assert enc.bos_id == tok.bos_token_id
     (ids, truncated), (ids2, _) = enc.encode(["hello there", "<s><s>hello there"], 100)
     assert ids[0] == tok.bos_token_id and tok.bos_token_id not in ids[1:]
@@ -66,7 +70,7 @@ def test_encoder_left_truncates_and_keeps_bos(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    enc = PromptRenderer(tok)
+    enc = PromptRenderer(tok, "raw")
     text = " ".join(["word"] * 50) + " the end"
     ((full, _),) = enc.encode([text], 10_000)
     ((cut, truncated),) = enc.encode([text], 8)
@@ -89,7 +93,7 @@ def test_encoder_without_bos_tokenizer():
             r.input_ids = [list(range(len(t))) for t in texts] if isinstance(texts, list) else [0]
             return r
 
-    enc = PromptRenderer(NoBos())
+    enc = PromptRenderer(NoBos(), "raw")
     assert enc.bos_id is None
     assert enc.encode(["abc"], 10) == [([0, 1, 2], False)]
 
@@ -243,7 +247,7 @@ def test_hf_reply_of_special_tokens_only_is_empty_text(backend):
 
 
 def test_hf_prompt_truncation_is_reported(tiny_model_dir):
-    small = load_backend("hf", tiny_model_dir, max_length=24)
+    small = load_backend("hf", tiny_model_dir, **LOCAL, max_length=24)
     long_prompt = " ".join(["forest"] * 100)
     (r,) = _gen(small, [long_prompt], max_new_tokens=4)
     (s,) = _gen(small, ["hi"], max_new_tokens=4)
@@ -259,12 +263,14 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     from spag.generation.hf_backend import HFBackend
 
     prompts = load_prompts()
-    specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0)
+    specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0, games_per_word=1)
     histories = []
     for reuse in (True, False):
-        b = HFBackend(tiny_model_dir, batch_size=2, reuse_kv=reuse)
+        b = HFBackend(tiny_model_dir, **LOCAL, batch_size=2, reuse_kv=reuse)
         for greedy in (True, False):
-            settings = PlaySettings(max_turns=2, max_new_tokens=4, greedy=greedy, seed=4)
+            settings = PlaySettings(
+                max_turns=2, sampling=Sampling(max_new_tokens=4, greedy=greedy), seed=4
+            )
             games = play_games(specs, {POLICY: b}, prompts, settings)
             histories.append([g.history for g in games])
         assert b._kv_store == {} and b._kv_stored_bytes == 0  # finished games forgotten
@@ -279,13 +285,13 @@ def test_hf_counts_the_tokens_it_runs(tiny_model_dir):
     from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
     from spag.generation.hf_backend import HFBackend
 
-    specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0)
+    specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0, games_per_word=1)
     # Sampled: the games' histories differ (greedy tiny-model games repeat one
     # another, and their common prefix would cover the histories).
-    settings = PlaySettings(max_turns=2, max_new_tokens=4, seed=4)
+    settings = PlaySettings(max_turns=2, sampling=Sampling(max_new_tokens=4), seed=4)
     counted = {}
     for reuse in (True, False):
-        b = HFBackend(tiny_model_dir, batch_size=8, reuse_kv=reuse)
+        b = HFBackend(tiny_model_dir, **LOCAL, batch_size=8, reuse_kv=reuse)
         games = play_games(specs, {POLICY: b}, load_prompts(), settings)
         counted[reuse] = b.stats
         messages = sum(len(g.message_tokens) for g in games)
@@ -330,27 +336,27 @@ def test_top_k_of_one_is_greedy_decoding(backend):
 
 
 def test_hf_game_replies_do_not_depend_on_the_other_games_of_the_batch(tiny_model_dir):
-    hf = load_backend("hf", tiny_model_dir, batch_size=8, max_length=256)
+    hf = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=8, max_length=256)
     prompts = PROMPTS[:3]
     ids = ["game-a", "game-b", "game-c"]
     opts = dict(max_new_tokens=12, temperature=1.2, top_p=0.95, top_k=50, greedy=False, seed=11)
-    together = _texts(hf.generate(prompts, game_ids=ids, **opts))
+    together = _texts(_gen(hf, prompts, game_ids=ids, **opts))
     alone = [
-        _texts(hf.generate([p], game_ids=[g], **opts))[0] for p, g in zip(prompts, ids, strict=True)
+        _texts(_gen(hf, [p], game_ids=[g], **opts))[0] for p, g in zip(prompts, ids, strict=True)
     ]
-    reordered = _texts(hf.generate(prompts[::-1], game_ids=ids[::-1], **opts))[::-1]
+    reordered = _texts(_gen(hf, prompts[::-1], game_ids=ids[::-1], **opts))[::-1]
     assert together == alone == reordered
     # Another game id draws another stream (the seed is not shared by position).
-    other = _texts(hf.generate(prompts, game_ids=["x", "y", "z"], **opts))
+    other = _texts(_gen(hf, prompts, game_ids=["x", "y", "z"], **opts))
     assert other != together
 
 
 def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
-    whole = load_backend("hf", tiny_model_dir, batch_size=64, max_length=256)
+    whole = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256)
     longest = max(len(ids) for ids, _ in whole.encoder.encode(PROMPTS, 256))
     one_row = whole.row_bytes(longest, 10)
     split = load_backend(
-        "hf", tiny_model_dir, batch_size=64, max_length=256, batch_memory_bytes=one_row + 1
+        "hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256, batch_memory_bytes=one_row + 1
     )
     sizes = []
     real = split._decode
@@ -361,15 +367,15 @@ def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
         dict(temperature=1.2, top_p=1.0, top_k=50, greedy=False),
     ):
         sizes.clear()
-        a = _texts(whole.generate(PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
-        b = _texts(split.generate(PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
+        a = _texts(_gen(whole, PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
+        b = _texts(_gen(split, PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
         assert a == b
         assert sizes[0] == 1 and len(sizes) > 1  # the longest prompts went one by one
-    tiny = load_backend("hf", tiny_model_dir, max_length=256, batch_memory_bytes=one_row // 4)
+    tiny = load_backend(
+        "hf", tiny_model_dir, **LOCAL, max_length=256, batch_memory_bytes=one_row // 4
+    )
     with pytest.raises(SpagInputError, match="selfplay.batch_memory_gib"):
-        tiny.generate(
-            PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1, top_k=0, greedy=True
-        )
+        _gen(tiny, PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1, greedy=True)
 
 
 def test_cgroup_memory_limits_of_the_job_and_its_parents(tmp_path):

@@ -189,7 +189,7 @@ def test_paper_config_retries_stay_within_its_ceilings():
 
 # ---------------------------------------------------------------- sbatch through the plugin
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "src" / "spag" / "schemas" / "config.schema.yaml"
+SCHEMA = REPO / "workflow_scripts" / "spag" / "schemas" / "config.schema.yaml"
 SLURM_README = REPO / "profiles" / "slurm" / "README.md"
 
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spag.generation.openai_backend import OpenAIBackend
+from spag.generation.settings import Sampling
 from spag.models.base_model import packaged_model_file
 
 ALIAS = "smollm2"
@@ -92,11 +93,9 @@ def test_backend_replies_are_the_servers_own(server, api):
     """Greedy, the backend's reply is what the server answers to the same request."""
     backend = OpenAIBackend(_spec(server, api=api))
     prompt = "Name one fruit." if api == "chat" else "Apples, pears, plums and"
-    (reply,) = backend.generate(
-        [prompt], max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=0, greedy=True,
-        seed=3, game_ids=["g0"],
-    )  # fmt: skip
-    body = backend._payload(prompt, 12, 0.0, 1.0, backend_seed(3, "g0"), 0)
+    greedy = Sampling(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=0, greedy=True)
+    (reply,) = backend.generate([prompt], greedy, seed=3, game_ids=["g0"])
+    body = backend._payload(prompt, greedy, backend_seed(3, "g0"))
     path = "/chat/completions" if api == "chat" else "/completions"
     answer = httpx.post(server + path, json=body, timeout=120).json()
     choice = answer["choices"][0]

@@ -17,6 +17,7 @@ from spag.generation.openai_backend import (
     is_endpoint_spec,
     parse_spec,
 )
+from spag.generation.settings import Sampling
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,10 +31,9 @@ def endpoint():
     ep.server.server_close()
 
 
-def _generate(backend, prompts, **kw):
-    opts = dict(max_new_tokens=16, temperature=1.2, top_p=0.9, top_k=0, greedy=True, seed=5)
-    opts.update(kw)
-    return backend.generate(prompts, **opts)
+def _generate(backend, prompts, *, seed=5, game_ids=None, **kw):
+    sampling = Sampling(**{**dict(max_new_tokens=16, top_p=0.9, top_k=0, greedy=True), **kw})
+    return backend.generate(prompts, sampling, seed=seed, game_ids=game_ids)
 
 
 def test_completions_in_order(endpoint, monkeypatch):
@@ -140,12 +140,13 @@ def test_plays_games_as_the_opponent(endpoint):
     class Local:
         name = "scripted"
 
-        def generate(self, prompts, **_):
+        def generate(self, prompts, sampling, **_):
             return [Reply("a fruit that grows on trees", 6, True) for _ in prompts]
 
     backends = {POLICY: Local(), OPPONENT: OpenAIBackend(endpoint.spec())}
     specs = evaluation_specs(["apple", "river"], epoch=1, shard_index=0)
-    games = play_games(specs, backends, load_prompts(None), PlaySettings(max_turns=2, greedy=True))
+    settings = PlaySettings(max_turns=2, sampling=Sampling(greedy=True), seed=0)
+    games = play_games(specs, backends, load_prompts(None), settings)
     assert len(games) == 4
     for g in games:
         assert len(g.history) == 4

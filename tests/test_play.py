@@ -31,6 +31,7 @@ from spag.game.selfplay import (
     selfplay_specs,
     shard_seed,
 )
+from spag.generation import Sampling
 
 
 class KeyPrompts:
@@ -61,8 +62,10 @@ def test_finished_games_leave_the_batch():
         return "something else"
 
     backend = ScriptedBackend(answer)
-    specs = selfplay_specs(["apple", "river", "candle", "garden"], epoch=1, shard_index=2)
-    games = play_games(specs, {POLICY: backend}, KeyPrompts(), PlaySettings(max_turns=3))
+    specs = selfplay_specs(
+        ["apple", "river", "candle", "garden"], epoch=1, shard_index=2, games_per_word=1
+    )
+    games = play_games(specs, {POLICY: backend}, KeyPrompts(), PlaySettings(max_turns=3, seed=0))
     assert [c["n"] for c in backend.calls] == [4, 4, 3, 2, 1, 1]
     lengths = {g.spec.target_word: len(g.history) for g in games}
     assert lengths == {"apple": 2, "river": 4, "candle": 3, "garden": 6}
@@ -85,7 +88,10 @@ def test_guess_phrase_in_any_case_ends_the_game():
         lambda i, p: "I KNOW THE WORD, honestly" if _field(p, 0) == "defender" else "hello"
     )
     (g,) = play_games(
-        selfplay_specs(["apple"], 0, 0), {POLICY: backend}, KeyPrompts(), PlaySettings(max_turns=5)
+        selfplay_specs(["apple"], 0, 0, 1),
+        {POLICY: backend},
+        KeyPrompts(),
+        PlaySettings(max_turns=5, seed=0),
     )
     assert len(g.history) == 2 and g.end_reason == "guess"
 
@@ -93,10 +99,10 @@ def test_guess_phrase_in_any_case_ends_the_game():
 def test_empty_replies_are_recorded_not_fatal():
     backend = ScriptedBackend(lambda i, p: "" if _field(p, 0) == "attacker" else "ok")
     games = play_games(
-        selfplay_specs(["apple", "river"], 0, 0),
+        selfplay_specs(["apple", "river"], 0, 0, 1),
         {POLICY: backend},
         KeyPrompts(),
-        PlaySettings(max_turns=2),
+        PlaySettings(max_turns=2, seed=0),
     )
     for g in games:
         assert [m["content"] for m in g.history] == ["", "ok", "", "ok"]
@@ -113,7 +119,7 @@ def test_opponent_mode_two_games_per_word_with_roles():
         specs,
         {POLICY: policy, OPPONENT: opponent},
         KeyPrompts(),
-        PlaySettings(max_turns=1, greedy=True),
+        PlaySettings(max_turns=1, sampling=Sampling(greedy=True), seed=0),
     )
     assert len(games) == 4
     table = games_table(

@@ -19,7 +19,8 @@ from workflow_utils import REPO, make_workdir, snakemake
 from spag.cli import main
 from spag.errors import SpagInputError
 from spag.report.inputs import LabelledPaths, labelled_path
-from spag.report.plots import EPOCH_PLOTS, RUN_PLOTS, benchmark_step, win_rate_table
+from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
+from spag.report.plots import benchmark_step, win_rate_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from spag.errors import SpagInputError
-from spag.generation import load_backend
+from spag.generation import Sampling, load_backend
 from spag.models.base_model import (
     PACKAGED_MODELS,
     check_gguf,
@@ -36,16 +36,11 @@ def test_converted_model_is_a_safetensors_llama_with_its_chat_tokenizer(smollm2_
 )
 def test_converted_model_answers_a_factual_question_greedily_in_chat(smollm2_dir, question, answer):
     """A wrong conversion (weights, tokenizer, template or rendering) cannot answer this."""
-    backend = load_backend("hf", smollm2_dir, prompt_format="chat", max_length=256)
-    (reply,) = backend.generate(
-        [f"{question} Answer with one word."],
-        max_new_tokens=12,
-        temperature=0.0,
-        top_p=1.0,
-        top_k=0,
-        greedy=True,
-        seed=0,
+    backend = load_backend(
+        "hf", smollm2_dir, prompt_format="chat", trust_remote_code=False, max_length=256
     )
+    greedy = Sampling(max_new_tokens=12, temperature=0.0, top_p=1.0, top_k=0, greedy=True)
+    (reply,) = backend.generate([f"{question} Answer with one word."], greedy, seed=0)
     assert answer in reply.text.lower(), reply.text
     assert reply.finished_by_eos  # the turn ends with <|im_end|>, which stops the reply
 

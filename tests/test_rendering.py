@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spag.errors import SpagInputError
-from spag.game.rendering import PromptRenderer
+from spag.models.rendering import PromptRenderer
 from spag.training.collate import encode_pairs
 
 # A ChatML-like template for the tiny tokenizer, made of its own special tokens.

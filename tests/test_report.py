@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from workflow_utils import TINY_OVERLAY, job_counts, make_workdir, snakemake
 
-from spag.report.plots import EPOCH_PLOTS, RUN_PLOTS
+from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
 
 pytestmark = pytest.mark.e2e
 

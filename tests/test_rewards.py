@@ -14,10 +14,21 @@ from hypothesis import strategies as st
 from spag.cli import main
 from spag.data.tables import EPISODE_FIELDS, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
-from spag.game.rewards import assign_rewards, imitation_samples, role_weights
+from spag.game import rewards
+from spag.game.rewards import RewardsSettings, role_weights
 from spag.judge import judge_game
 
 ROLES = ("attacker", "defender")
+
+
+def assign_rewards(table: pa.Table, **given) -> pa.Table:
+    """The step's function with the config's decay, seed 0 and a plain source name."""
+    given = {"decay": RewardsSettings.decay, "seed": 0, "source": "episodes", **given}
+    return rewards.assign_rewards(table, **given)
+
+
+def imitation_samples(*tables: pa.Table | None, **given) -> pa.Table:
+    return rewards.imitation_samples(*tables, **{"seed": 0, "source": "episodes", **given})
 
 
 def episodes_table(games: list[tuple[str, str, int, list[str]]]) -> pa.Table:

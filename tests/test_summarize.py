@@ -16,6 +16,7 @@ from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.evaluation.games import COLUMNS as EVAL_COLUMNS
 from spag.evaluation.games import wilson_interval
+from spag.models.names import model_order
 from spag.report.summary import (
     GMEAN_TASK,
     SUMMARY_COLUMNS,
@@ -25,7 +26,6 @@ from spag.report.summary import (
     epoch_summary,
     eval_summary,
     generation_summary,
-    model_order,
     outcome_summary,
     sample_summary,
 )

@@ -11,11 +11,14 @@ from spag.training.losses import (
     IGNORE_INDEX,
     first_needed_logit,
     offline_po_loss,
+    sample_logprobs,
     sequence_logprobs,
     sft_with_kl_loss,
 )
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
+# The paper's OfflinePO coefficients.
+COEFFS = {"kl_coeff": 0.2, "sft_coeff": 0.5, "clip_eps": 0.2}
 
 
 def test_sequence_logprobs_by_hand():
@@ -132,7 +135,7 @@ def test_offline_po_empty_term_is_zero(sft_rows):
     ref = torch.tensor([-1.0, -3.0])
     reward = torch.tensor([0.25, 0.75])
     weight = torch.tensor([1.0, 1.0])
-    loss, _ = offline_po_loss(lp, ref, reward, weight, torch.tensor(sft_rows))
+    loss, _ = offline_po_loss(lp, ref, reward, weight, torch.tensor(sft_rows), **COEFFS)
     if sft_rows[0]:
         assert loss.item() == pytest.approx(0.5 * (1.0 + 3.0) / 2)
     else:
@@ -144,9 +147,17 @@ def test_offline_po_empty_term_is_zero(sft_rows):
 def test_at_reference_the_ratio_is_one():
     lp = torch.tensor([-2.5, -0.75, -1.25])
     _, stats = offline_po_loss(
-        lp, lp.clone(), torch.ones(3), torch.ones(3), torch.tensor([False, False, True])
+        lp, lp.clone(), torch.ones(3), torch.ones(3), torch.tensor([False, False, True]), **COEFFS
     )
     assert stats["ratio_min"].item() == 1.0 and stats["ratio_max"].item() == 1.0
+
+
+def test_sample_logprobs_is_the_mean_per_sample_and_zero_without_targets():
+    logits = torch.tensor([[0.0, LN3], [LN2, 0.0], [0.0, 0.0]])  # p = 1/4 3/4 | 2/3 1/3 | 1/2
+    targets = torch.tensor([1, 0, 1])
+    lp = sample_logprobs(logits, targets, torch.tensor([0, 0, 2]), 3)
+    expected = [(math.log(0.75) + math.log(2 / 3)) / 2, 0.0, math.log(0.5)]
+    assert lp.tolist() == pytest.approx(expected, abs=1e-6)
 
 
 def test_first_needed_logit_is_before_the_earliest_target():

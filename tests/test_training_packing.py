@@ -94,7 +94,14 @@ def test_packed_logprobs_and_gradients_equal_padded(tiny_model_dir, model_kind):
 
     def loss_and_grads(lp, batch):
         loss, _ = offline_po_loss(
-            lp, batch["ref_logprob"], batch["reward"], batch["weight"], batch["is_sft"]
+            lp,
+            batch["ref_logprob"],
+            batch["reward"],
+            batch["weight"],
+            batch["is_sft"],
+            kl_coeff=0.2,
+            sft_coeff=0.5,
+            clip_eps=0.2,
         )
         model.zero_grad()
         loss.backward()

@@ -177,9 +177,10 @@ def test_side_columns_stay_float32_under_a_bf16_engine(tiny_model_dir, tmp_path)
     from types import SimpleNamespace
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer
 
     from spag.data.tables import read_parquet
+    from spag.training.arguments import SpagTrainingArguments
     from spag.training.collate import build_features
     from spag.training.packing import PackedCollator, use_packed_attention
     from spag.training.trainer import SpagTrainer
@@ -192,8 +193,11 @@ def test_side_columns_stay_float32_under_a_bf16_engine(tiny_model_dir, tmp_path)
     use_packed_attention(model)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     features, _ = build_features(read_parquet(scored), tokenizer, MAX_LENGTH, scored, with_ref=True)
-    args = TrainingArguments(output_dir=str(tmp_path / "o"), use_cpu=True, report_to="none")
-    trainer = SpagTrainer(model=model, args=args, method="offline_po", kl_coeff=0.2)
+    args = SpagTrainingArguments(
+        output_dir=str(tmp_path / "o"), use_cpu=True, report_to="none", method="offline_po",
+        kl_coeff=0.2, sft_coeff=0.5, clip_eps=0.2, group_by_length=True,
+    )  # fmt: skip
+    trainer = SpagTrainer(model=model, args=args)
     # The Trainer's own cast, as under a bf16 DeepSpeed engine.
     trainer.is_deepspeed_enabled = True
     plugin = SimpleNamespace(hf_ds_config=SimpleNamespace(dtype=lambda: torch.bfloat16))

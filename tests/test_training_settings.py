@@ -8,14 +8,20 @@ import shlex
 
 import pytest
 
+from spag.commands import score_ref
 from spag.config import load_schema, validate_config
+from spag.device import family_device
+from spag.errors import SpagInputError
+from spag.settings import add_arguments, cli_flags, from_arguments
 from spag.training.settings import (
     METHOD_DEFAULTS,
     STAGE_METHOD,
+    ScoreRefSettings,
+    ScoringSettings,
     StageSettings,
     TrainConfig,
-    add_arguments,
-    from_arguments,
+    argument_values,
+    score_arguments,
     stage_arguments,
     stage_keys,
 )
@@ -26,8 +32,8 @@ REQUIRED += ["--checkpoint-dir", "c", "--loss-log", "l.tsv"]
 
 def _parse(argv: list[str]) -> TrainConfig:
     p = argparse.ArgumentParser()
-    add_arguments(p)
-    return from_arguments(p.parse_args(argv))
+    add_arguments(p, TrainConfig)
+    return from_arguments(TrainConfig, p.parse_args(argv))
 
 
 def _cli_args(options: dict) -> list[str]:
@@ -51,8 +57,44 @@ def test_schema_lists_the_stage_settings_with_the_same_defaults():
 def test_cli_defaults_are_the_dataclass_defaults():
     parsed = _parse(REQUIRED)
     for f in dataclasses.fields(TrainConfig):
-        if f.default is not dataclasses.MISSING:
+        if f.default is not dataclasses.MISSING and f.name not in METHOD_DEFAULTS["sft_kl"]:
             assert getattr(parsed, f.name) == f.default, f.name
+    # Unset, the learning rate and KL coefficient are the method's.
+    for method, defaults in METHOD_DEFAULTS.items():
+        parsed = _parse([*REQUIRED, "--method", method])
+        for key, value in defaults.items():
+            assert getattr(parsed, key) == value, (method, key)
+    assert _parse([*REQUIRED, "--kl-coeff", "0.3"]).kl_coeff == 0.3
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--warmup-ratio", "1.0"], "--warmup-ratio must be in"),
+        (["--per-device-batch-size", "0"], "--per-device-batch-size must be positive"),
+        (["--save-steps", "0"], "--save-steps must be positive"),
+    ],
+)
+def test_invalid_settings_are_refused_when_parsed(argv, message):
+    with pytest.raises(SpagInputError, match=message):
+        _parse([*REQUIRED, *argv])
+
+
+def test_the_trainer_arguments_take_every_setting_by_its_declared_name():
+    parsed = _parse([*REQUIRED, "--per-device-batch-size", "3", "--lr-scheduler", "linear"])
+    names = {
+        "per_device_train_batch_size", "lr_scheduler_type", "warmup_steps", "output_dir",
+        "activation_checkpointing", "learning_rate", "seed", "kl_coeff", "deepspeed", "tf32",
+    }  # fmt: skip
+    values = argument_values(parsed, names)
+    assert values["per_device_train_batch_size"] == 3
+    assert values["lr_scheduler_type"] == "linear"
+    assert values["warmup_steps"] == parsed.warmup_ratio
+    assert values["output_dir"] == parsed.checkpoint_dir
+    assert values["activation_checkpointing"] is False
+    assert values["learning_rate"] == METHOD_DEFAULTS["sft_kl"]["learning_rate"]
+    # Set up by the run (a shipped config's name here, its file there).
+    assert "deepspeed" not in values and "tf32" not in values
 
 
 @pytest.mark.parametrize("stage", ["imitation", "spag"])
@@ -83,3 +125,55 @@ def test_stage_defaults_come_from_the_method():
 def test_a_missing_required_setting_is_refused():
     with pytest.raises(TypeError):
         TrainConfig(method="sft_kl", model="m")
+
+
+def test_scoring_section_defaults_are_the_schema_defaults():
+    props = load_schema()["properties"]["scoring"]["properties"]
+    fields = dataclasses.fields(ScoringSettings)
+    assert list(props) == [f.name for f in fields]
+    for f in fields:
+        assert props[f.name]["default"] == f.default, f.name
+
+
+def _parse_score(argv: list[str]) -> ScoreRefSettings:
+    p = argparse.ArgumentParser()
+    score_ref.add_arguments(p)
+    return from_arguments(ScoreRefSettings, p.parse_args(argv))
+
+
+@pytest.mark.parametrize("stage", ["imitation", "spag"])
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {},
+        {
+            "scoring": {"batch_size": 3, "dtype": "bfloat16"},
+            "game": {"prompt_format": "chat"},
+            "base_model": {"trust_remote_code": True},
+            "imitation": {"max_length": 512, "padding_free": False},
+            "spag": {"max_length": 768, "padding_free": False},
+        },
+    ],
+)
+def test_score_flags_round_trip_through_the_cli(stage, changed):
+    config = validate_config(dict(changed))
+    options = score_arguments(config, stage)
+    # What the rules passed before the settings were declared once.
+    assert options == {
+        "batch_size": config["scoring"]["batch_size"],
+        "dtype": config["scoring"]["dtype"],
+        "max_length": config[stage]["max_length"],
+        "no_padding_free": not config[stage]["padding_free"],
+        "prompt_format": config["game"]["prompt_format"],
+        "trust_remote_code": config["base_model"]["trust_remote_code"],
+        "device": family_device(config, "score"),
+    }
+    argv = shlex.split(cli_flags(**options)) + ["--model", "m", "--samples", "s", "--output", "o"]
+    parsed = _parse_score(argv)
+    assert parsed.batch_size == config["scoring"]["batch_size"]
+    assert parsed.dtype == config["scoring"]["dtype"]
+    assert parsed.max_length == config[stage]["max_length"]
+    assert parsed.padding_free == config[stage]["padding_free"]
+    assert parsed.prompt_format == config["game"]["prompt_format"]
+    assert parsed.trust_remote_code == config["base_model"]["trust_remote_code"]
+    assert parsed.device == family_device(config, "score")

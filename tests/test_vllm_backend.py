@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from spag.game.settings import GameSettings
+from spag.generation.settings import Sampling
+
 pytestmark = pytest.mark.gpu
 
 PROMPTS = ["The game has just started. You are the attacker.", "hi", "a river and a bridge"]
@@ -28,13 +31,21 @@ def gpu_model_dir(tmp_path_factory):
 def backend(gpu_model_dir):
     from spag.generation import load_backend
 
-    return load_backend("vllm", gpu_model_dir, gpu_memory_utilization=0.3, max_length=1024)
+    return load_backend(
+        "vllm",
+        gpu_model_dir,
+        prompt_format=GameSettings.prompt_format,
+        trust_remote_code=False,
+        tensor_parallel_size=1,
+        seed=0,
+        gpu_memory_utilization=0.3,
+        max_length=1024,
+    )
 
 
-def _gen(backend, prompts, **kw):
-    opts = dict(max_new_tokens=16, temperature=1.2, top_p=1.0, top_k=0, greedy=False, seed=5)
-    opts.update(kw)
-    return backend.generate(prompts, **opts)
+def _gen(backend, prompts, *, seed=5, **kw):
+    sampling = Sampling(**{**dict(max_new_tokens=16, top_k=0), **kw})
+    return backend.generate(prompts, sampling, seed=seed)
 
 
 def test_vllm_replies_are_seeded_and_bounded(backend):
@@ -50,7 +61,14 @@ def test_vllm_replies_are_seeded_and_bounded(backend):
 def test_vllm_greedy_matches_hf_first_tokens(backend, gpu_model_dir):
     from spag.generation import load_backend
 
-    hf = load_backend("hf", gpu_model_dir, max_length=1024, dtype="float32")
+    hf = load_backend(
+        "hf",
+        gpu_model_dir,
+        prompt_format=GameSettings.prompt_format,
+        trust_remote_code=False,
+        max_length=1024,
+        dtype="float32",
+    )
     v = _gen(backend, PROMPTS, greedy=True, max_new_tokens=4)
     h = _gen(hf, PROMPTS, greedy=True, max_new_tokens=4)
     # Same token ids in: at least the first greedy tokens agree in most prompts.

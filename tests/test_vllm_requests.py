@@ -6,10 +6,21 @@ from __future__ import annotations
 import os
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
+
+from spag.game.settings import GameSettings
+from spag.generation.settings import Sampling
+
+# What spag play gives a local vllm backend besides the model.
+LOCAL = dict(
+    prompt_format=GameSettings.prompt_format,
+    trust_remote_code=False,
+    tensor_parallel_size=1,
+    seed=0,
+)
 
 
 @dataclass
@@ -42,12 +53,12 @@ def fake_vllm(monkeypatch):
 def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from spag.game.rendering import PromptRenderer
     from spag.generation import load_backend
+    from spag.models.rendering import PromptRenderer
 
-    backend = load_backend("vllm", tiny_model_dir, max_length=256)
-    opts = dict(max_new_tokens=16, temperature=1.2, top_p=1.0, seed=3)
-    replies = backend.generate(["hi there", "a river"], top_k=50, greedy=False, **opts)
+    backend = load_backend("vllm", tiny_model_dir, **LOCAL, max_length=256)
+    sampled = Sampling(max_new_tokens=16, temperature=1.2, top_p=1.0, top_k=50)
+    replies = backend.generate(["hi there", "a river"], sampled, seed=3)
     assert [r.text for r in replies] == ["ok", "ok"]
     params = _FakeLLM.last["params"]
     assert [p["top_k"] for p in params] == [50, 50]
@@ -56,7 +67,7 @@ def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model
     expected = [ids for ids, _ in PromptRenderer(tok, "raw").encode(["hi there", "a river"], 240)]
     assert [r["prompt_token_ids"] for r in _FakeLLM.last["requests"]] == expected
 
-    backend.generate(["hi there"], top_k=50, greedy=True, **opts)
+    backend.generate(["hi there"], replace(sampled, greedy=True), seed=3)
     (greedy,) = _FakeLLM.last["params"]
     assert greedy["temperature"] == 0.0 and greedy["top_k"] == 0  # no filter when greedy
 
@@ -64,14 +75,14 @@ def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model
 def test_vllm_request_seed_follows_the_game_not_its_batch_position(fake_vllm, tiny_model_dir):
     from spag.generation import load_backend
 
-    backend = load_backend("vllm", tiny_model_dir, max_length=256)
-    opts = dict(max_new_tokens=8, temperature=1.2, top_p=1.0, top_k=50, greedy=False, seed=9)
-    backend.generate(["a", "b", "c"], game_ids=["e1", "e2", "e3"], **opts)
+    backend = load_backend("vllm", tiny_model_dir, **LOCAL, max_length=256)
+    sampled = Sampling(max_new_tokens=8, temperature=1.2, top_p=1.0, top_k=50)
+    backend.generate(["a", "b", "c"], sampled, seed=9, game_ids=["e1", "e2", "e3"])
     together = {
         g: p["seed"] for g, p in zip(["e1", "e2", "e3"], _FakeLLM.last["params"], strict=True)
     }
     # e1 has finished: e2 and e3 move up in the batch, their seeds stay.
-    backend.generate(["b", "c"], game_ids=["e2", "e3"], **opts)
+    backend.generate(["b", "c"], sampled, seed=9, game_ids=["e2", "e3"])
     later = {g: p["seed"] for g, p in zip(["e2", "e3"], _FakeLLM.last["params"], strict=True)}
     assert later == {g: together[g] for g in ("e2", "e3")}
     assert len(set(together.values())) == 3

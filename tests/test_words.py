@@ -107,11 +107,11 @@ def test_filter_candidates_applies_every_rule():
 
 def test_split_is_seeded_disjoint_and_order_independent():
     words = [f"w{c}" for c in "abcdefghijklmnopqrst"]
-    train, test = split_words(words, 12, 5, seed=3)
+    train, test = split_words(words, 12, 5, seed=3, source="words")
     assert len(train) == 12 and len(test) == 5
     assert not set(train) & set(test)
-    assert split_words(list(reversed(words)), 12, 5, seed=3) == (train, test)
-    assert split_words(words, 12, 5, seed=4) != (train, test)
+    assert split_words(list(reversed(words)), 12, 5, seed=3, source="words") == (train, test)
+    assert split_words(words, 12, 5, seed=4, source="words") != (train, test)
 
 
 def test_split_refuses_too_few_words():

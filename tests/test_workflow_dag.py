@@ -224,7 +224,7 @@ def test_multi_node_training_launches_srun_torchrun(workdir):
 
 def test_local_play_threads_are_the_rules(workdir):
     """Locally (also inside a SLURM allocation) a job takes the scheduler's threads; only
-    a remote job step reads SLURM_CPUS_PER_TASK (rules/common.smk: threads_arg)."""
+    a remote job step reads SLURM_CPUS_PER_TASK (rules/resources.smk: threads_arg)."""
     res = snakemake(
         workdir, "spag_epoch1", "-n", "-p", config={"resources": {"selfplay": {"cpus": 2}}}
     )

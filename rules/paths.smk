@@ -1,0 +1,156 @@
+# Where the run's files live: result paths, the models of the run,
+# and the targets of `all`, `imitation` and spag_epoch<N>. No rules.
+
+from pathlib import Path
+
+from spag.game.teacher import uses_teacher
+
+EPOCHS = config["epochs"]
+NUM_SHARDS = config["selfplay"]["num_shards"]
+# With data.imitation "teacher", M0 imitates games played by data.teacher.
+TEACHER = uses_teacher(config)
+
+RESULTS = Path("results")
+CHECKPOINTS = Path(
+    "checkpoints"
+)  # trainer checkpoints: outside declared outputs, for resume
+
+
+def result(*parts):
+    return str(RESULTS.joinpath(*parts))
+
+
+def log_path(*parts):
+    return str(RESULTS.joinpath("logs", *parts))
+
+
+def bench_path(*parts):
+    return str(RESULTS.joinpath("benchmarks", *parts))
+
+
+def epoch_path(*parts):
+    """A path under results/epoch{epoch}/ (the wildcard is left for Snakemake)."""
+    return str(RESULTS.joinpath("epoch{epoch}", *parts))
+
+
+WORDS_TRAIN = result("words", "train.txt")
+WORDS_TEST = result("words", "test.txt")
+BASE_MODEL = result("base_model")
+SFT_DATA = result("data", "sft.parquet")
+IMITATION_SAMPLES = result("imitation", "samples.parquet")
+TEACHER_SHARD = result("teacher", "shard_{shard}.parquet")
+TEACHER_EPISODES = result("teacher", "episodes.parquet")
+TEACHER_OUTCOMES = result("teacher", "outcomes.tsv")
+IMITATION_SCORED = result("imitation", "scored.parquet")
+IMITATION_MODEL = result("imitation", "model")
+IMITATION_LOSS = result("imitation", "loss.tsv")
+SHARD = epoch_path("selfplay", "shard_{shard}.parquet")
+SHARD_BENCHMARK = bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
+EPISODES = epoch_path("episodes.parquet")
+OUTCOMES = epoch_path("outcomes.tsv")
+SAMPLES = epoch_path("samples.parquet")
+SCORED = epoch_path("scored.parquet")
+MODEL = epoch_path("model")
+LOSS = epoch_path("loss.tsv")
+EVAL_GAMES = epoch_path("eval", "games.parquet")
+EVAL_TABLE = epoch_path("eval", "games.tsv")
+EPOCH_SUMMARY = epoch_path("summary.tsv")
+REASONING = result("eval", "reasoning", "{model}.json")
+# The base model and M0 play the same evaluation games as M(e): the rows that M(e) is
+# read against (M0 against itself with the default opponent, `imitation`).
+BASELINE_MODELS = ("base", "imitation")
+BASELINE_GAMES = result("eval", "games", "{model}.parquet")
+BASELINE_TABLE = result("eval", "games", "{model}.tsv")
+# Models of the reasoning evaluation: the base model, M0 and M1 ... M(EPOCHS).
+REASONING_MODELS = [*BASELINE_MODELS, *(f"epoch{e}" for e in range(1, EPOCHS + 1))]
+SUMMARY_EPOCHS = result("summary", "epochs.tsv")
+SUMMARY_REASONING = result("summary", "reasoning.tsv")
+SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
+PLOTS_DIR = result("plots")
+RUN_INFO = result("run_info.json")
+
+
+def shard_name(shard):
+    return f"{shard:03d}"
+
+
+def model_of_epoch(epoch):
+    """M(e): the imitation model for e = 0, else epoch e's SPAG model."""
+    epoch = int(epoch)
+    return IMITATION_MODEL if epoch == 0 else MODEL.format(epoch=epoch)
+
+
+def previous_model(wildcards):
+    return model_of_epoch(int(wildcards.epoch) - 1)
+
+
+def current_model(wildcards):
+    return model_of_epoch(wildcards.epoch)
+
+
+def named_model(wildcards):
+    """Model folder for the reasoning evaluation's {model} wildcard."""
+    if wildcards.model == "base":
+        return BASE_MODEL
+    if wildcards.model == "imitation":
+        return IMITATION_MODEL
+    return model_of_epoch(wildcards.model.removeprefix("epoch"))
+
+
+def shards_of_epoch(wildcards):
+    return expand(
+        SHARD, epoch=wildcards.epoch, shard=map(shard_name, range(NUM_SHARDS))
+    )
+
+
+def shard_benchmarks_of_epoch(wildcards):
+    shards = map(shard_name, range(NUM_SHARDS))
+    return expand(SHARD_BENCHMARK, epoch=wildcards.epoch, shard=shards)
+
+
+def teacher_shards(wildcards=None):
+    shards = range(config["data"]["teacher"]["num_shards"])
+    return expand(TEACHER_SHARD, shard=map(shard_name, shards))
+
+
+def imitation_targets():
+    """M0 and every file it is built from (with teacher games their shards): like
+    self-play files, a removed one is rebuilt (Snakemake does not rebuild an
+    intermediate file on its own)."""
+    inputs = [BASE_MODEL, IMITATION_SAMPLES, IMITATION_SCORED, IMITATION_LOSS]
+    if TEACHER:
+        inputs += [*teacher_shards(), TEACHER_EPISODES, TEACHER_OUTCOMES]
+    return [IMITATION_MODEL, *inputs]
+
+
+def epoch_targets(epoch):
+    """What spag_epoch{N} builds: M(N), and the evaluations of the base model, M0 ... M(N).
+
+    Earlier epochs' evaluations are cheap next to their training and give the curve
+    that the paper's claim is about. Every intermediate file of those epochs is a
+    target too: Snakemake does not rebuild a removed intermediate whose dependents are
+    up to date, and a user who removes one (a shard, the episodes) wants it rebuilt,
+    with what depends on it.
+    """
+    targets = [
+        model_of_epoch(epoch),
+        *imitation_targets(),
+        WORDS_TRAIN,
+        WORDS_TEST,
+        SFT_DATA,
+        REASONING.format(model="base"),
+    ]
+    targets.append(REASONING.format(model="imitation"))
+    targets += [BASELINE_TABLE.format(model=m) for m in BASELINE_MODELS]
+    for e in range(1, int(epoch) + 1):
+        targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
+        targets += [
+            p.format(epoch=e)
+            for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)
+        ]
+        targets += [
+            EVAL_TABLE.format(epoch=e),
+            REASONING.format(model=f"epoch{e}"),
+            EPOCH_SUMMARY.format(epoch=e),
+        ]
+    return targets

@@ -1,0 +1,82 @@
+# The preflight's jobs, one per family of jobs: the family, its conda environment, its
+# launch prefix and the flags of `spag preflight`. Included by preflight.smk; no rules.
+
+from spag.cluster import threads_per_rank
+from spag.device import family_device
+from spag.generation.openai_backend import is_endpoint_spec
+
+
+def _endpoints(*specs):
+    return [s for s in specs if is_endpoint_spec(s)]
+
+
+def preflight_units():
+    """Preflight job name -> (resource family, conda env, launch prefix, flags)."""
+    s, base = config["selfplay"], config["base_model"]
+    model = base["gguf_file"] or base["name_or_path"]
+    common = dict(path=[str(RESULTS)], online=not config["offline"])
+    engine = dict(
+        backend=s["backend"],
+        model=model,
+        dtype=s["dtype"],
+        max_length=s["max_length"],
+    )
+    teacher = config["data"]["teacher"] if TEACHER else {}
+    teacher_specs = _endpoints(teacher.get("model"), teacher.get("partner"))
+    play_teacher = TEACHER and teacher_family() == "selfplay"
+    r = config["resources"]["train"]
+    procs = max(r["gpus"], 1)
+    stages = sorted(
+        {config[st]["deepspeed"] for st in ("imitation", "spag")} - {None, "none"}
+    )
+    units = {
+        "selfplay": (
+            "selfplay",
+            backend_env(),
+            "",
+            dict(**common, **engine, endpoint=teacher_specs if play_teacher else []),
+        ),
+        "train": (
+            "train",
+            "../envs/train.yaml",
+            train_launcher(),
+            dict(
+                path=[str(RESULTS), str(CHECKPOINTS)],
+                deepspeed=stages,
+                threads=(
+                    threads_per_rank(r["cpus"], procs) if train_launcher() else None
+                ),
+                cpus=r["cpus"] if train_launcher() else None,
+            ),
+        ),
+        "score": ("score", "../envs/train.yaml", "", dict(**common)),
+        "evaluate": (
+            "evaluate",
+            backend_env(),
+            "",
+            dict(
+                **common,
+                **engine,
+                endpoint=_endpoints(config["evaluation"]["opponent"]),
+            ),
+        ),
+        "reasoning": (
+            "evaluate",
+            "../envs/eval.yaml",
+            "",
+            dict(**common, lm_eval=True),
+        ),
+        # The base model is prepared in the train env: it must find the model offline.
+        "cpu": ("cpu", "../envs/train.yaml", "", dict(**common, model=model)),
+    }
+    if TEACHER and not play_teacher:
+        units["teacher"] = (
+            "teacher",
+            "../envs/spag.yaml",
+            "",
+            dict(**common, endpoint=teacher_specs),
+        )
+    for unit, (family, env, launch, flags) in units.items():
+        flags.update(device=family_device(config, family), resources=family)
+        units[unit] = (family, env, launch, cli_flags(**flags))
+    return units

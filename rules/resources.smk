@@ -1,0 +1,93 @@
+# How jobs run and what they are told: resources, threads and conda environment of each
+# rule family (config `resources.<family>`), the training launcher, and the command-line
+# flags that rules pass to `spag` (spag.cluster and each step's settings declaration).
+# No rules.
+
+from spag.cluster import family_resources, torchrun_prefix
+from spag.data.words import words_arguments
+from spag.evaluation.reasoning import reasoning_arguments
+from spag.game.play_settings import (
+    eval_play_arguments,
+    selfplay_arguments,
+    teacher_play_arguments,
+)
+from spag.game.rewards import rewards_arguments
+from spag.game.teacher import teacher_plays_locally
+from spag.settings import cli_flags
+from spag.training.settings import score_arguments, stage_arguments
+
+
+# ---------------------------------------------------------------- resources
+def job_resources(kind):
+    """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs.
+
+    Memory and run time grow with the attempt up to the family's ceilings; the SLURM
+    request shapes are in spag.cluster.family_resources.
+    """
+    return family_resources(config["resources"][kind], where=f"resources.{kind}")
+
+
+def backend_env():
+    # vLLM has its own conda environment; the transformers backend shares training's.
+    if config["selfplay"]["backend"] == "vllm":
+        return "../envs/vllm.yaml"
+    return "../envs/train.yaml"
+
+
+def job_threads(kind):
+    # Threads bound a job's CPUs locally (the SLURM request is cpus_per_task).
+    return config["resources"][kind]["cpus"]
+
+
+# A job's torch threads: in a remote (SLURM) job step the CPUs its job was given, else
+# the rule's threads. Snakemake caps `threads` at the workflow profile's `cores` even
+# for remote jobs, so the SLURM value is read where the job runs.
+def threads_arg(wildcards, threads):
+    if workflow.remote_exec:
+        # A job step of a remote executor: the CPUs its SLURM job was given.
+        return f'"${{SLURM_CPUS_PER_TASK:-{threads}}}"'
+    # Local (also a local executor inside an allocation): the scheduler's threads.
+    return str(threads)
+
+
+def train_launcher():
+    r = config["resources"]["train"]
+    return torchrun_prefix(r["gpus"], r["nodes"], r["cpus"])
+
+
+def teacher_family():
+    # A folder teacher or partner plays like self-play (GPU); endpoints only wait on
+    # HTTP, for hours at paper scale: their own family (resources.teacher).
+    return "selfplay" if teacher_plays_locally(config) else "teacher"
+
+
+# ---------------------------------------------------------------- arguments
+# Each step's flags come from the dataclass that declares its settings (spag.settings);
+# cli_flags renders them shell-quoted.
+def train_args(stage):
+    """`spag train` flags of the `imitation` or `spag` stage."""
+    return cli_flags(**stage_arguments(config, stage))
+
+
+def score_args(stage):
+    """`spag score-ref` flags for the samples of a training stage (its length and format)."""
+    return cli_flags(**score_arguments(config, stage))
+
+
+def play_args():
+    return cli_flags(**selfplay_arguments(config))
+
+
+def eval_play_args():
+    return cli_flags(**eval_play_arguments(config))
+
+
+def teacher_play_args(wildcards, threads):
+    flags = cli_flags(**teacher_play_arguments(config))
+    if teacher_plays_locally(config):
+        flags += f" --threads {threads_arg(wildcards, threads)}"
+    return flags
+
+
+def reasoning_args():
+    return cli_flags(**reasoning_arguments(config))

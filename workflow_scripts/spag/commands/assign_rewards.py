@@ -1,0 +1,60 @@
+"""``spag assign-rewards``: judge episodes, assign rewards, mix in SFT rows."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+
+from spag.game.rewards import RewardsSettings
+from spag.settings import add_arguments as add_setting_arguments
+from spag.settings import from_arguments, opt, req
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssignRewardsConfig(RewardsSettings):
+    """One ``spag assign-rewards`` job: its files, seed and the config's ``rewards``."""
+
+    episodes: str = req("episodes Parquet (raw or judged)")
+    output: str = req("samples Parquet to write")
+    sft_data: str | None = opt(None, "instruction Parquet (query, target) to append")
+    # The workflow passes each epoch's own seed (run seed x 1000 + epoch).
+    seed: int = opt(0, "seed of the randomised prompts")
+    prompts: str | None = opt(None, "prompts YAML (default: the shipped one)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_setting_arguments(p, AssignRewardsConfig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from spag.data.tables import read_parquet, write_parquet
+    from spag.game.prompts import load_prompts
+    from spag.game.rewards import assign_rewards
+
+    job: AssignRewardsConfig = from_arguments(AssignRewardsConfig, args)
+    prompts = load_prompts(job.prompts)
+    episodes = read_parquet(job.episodes, what="episodes")
+    sft = read_parquet(job.sft_data, what="SFT data") if job.sft_data else None
+    samples = assign_rewards(
+        episodes,
+        decay=job.decay,
+        seed=job.seed,
+        prompts=prompts,
+        sft=sft,
+        source=str(job.episodes),
+        sft_source=str(job.sft_data),
+    )
+    write_parquet(samples, job.output)
+    n_game = samples.num_rows - (sft.num_rows if sft is not None else 0)
+    log.info(
+        "%s: %d samples (%d from games, %d SFT) from %d episodes",
+        job.output,
+        samples.num_rows,
+        n_game,
+        samples.num_rows - n_game,
+        episodes.num_rows,
+    )
+    return 0

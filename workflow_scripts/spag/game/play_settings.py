@@ -1,0 +1,263 @@
+"""``spag play``'s settings, declared once: :class:`PlayConfig` generates the step's
+flags, defaults and help, and the functions below give the rules' flags from the
+validated config (self-play, evaluation and teacher games).
+
+The game, sampling and engine defaults are those of :class:`GameSettings`,
+:class:`Sampling` and :class:`SelfplaySettings`. A few flags keep a default of
+their own where the step decides without the config: ``--batch-size`` and
+``--max-length`` (the backend's choice), ``--greedy`` (on with ``--opponent``),
+``--tensor-parallel-size`` 1 and ``--prompts`` (the shipped texts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spag.device import DEVICES, family_device
+from spag.errors import SpagInputError
+from spag.game.settings import GameSettings
+from spag.generation.settings import (
+    DTYPES,
+    MODEL_BACKENDS,
+    Sampling,
+    SelfplaySettings,
+)
+from spag.models.rendering import PROMPT_FORMATS
+from spag.settings import opt, req
+
+_PLAYER = (
+    "model folder (Hugging Face checkpoint), or an OpenAI-compatible endpoint "
+    "'openai:http://host:port/v1?model=NAME'"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlayConfig:
+    """One ``spag play`` job: a shard of target words played to a Parquet file."""
+
+    model: str = req(f"{_PLAYER} (e.g. a teacher playing demonstrations)")
+    words: str = req("target words, one a line")
+    output: str = req("shard Parquet file to write")
+    opponent: str | None = opt(None, f"opponent {_PLAYER}: play evaluation games against it")
+    shard_index: int = opt(0, "this job's shard")
+    num_shards: int = opt(1, "number of shards")
+    backend: str = opt(
+        SelfplaySettings.backend, "generation backend of local models", choices=MODEL_BACKENDS
+    )
+    seed: int = opt(0, "run seed")
+    epoch: int = opt(0, "epoch: part of the shard seed and of episode ids")
+    max_turns: int = opt(GameSettings.max_turns, "turns per player")
+    max_new_tokens: int = opt(Sampling.max_new_tokens, "tokens per reply at most")
+    max_length: int | None = opt(
+        None,
+        "prompt + reply token budget; longer prompts are left-truncated "
+        f"(default {SelfplaySettings.max_length}, capped by the model's context)",
+    )
+    temperature: float = opt(Sampling.temperature, "sampling temperature")
+    top_p: float = opt(Sampling.top_p, "nucleus sampling mass")
+    top_k: int = opt(
+        Sampling.top_k,
+        "sample from the k most likely tokens; 0: no limit (as the research code)",
+    )
+    prompt_format: str = opt(
+        GameSettings.prompt_format,
+        "raw: the prompt text as it is (paper); chat: through the tokenizer's chat template",
+        choices=PROMPT_FORMATS,
+    )
+    greedy: bool | None = opt(
+        None, "greedy decoding (default: on with --opponent, off in self-play)"
+    )
+    batch_size: int | None = opt(
+        None,
+        f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
+        "vllm: max_num_seqs (default vLLM's)",
+    )
+    games_per_word: int = opt(1, "self-play games per target word")
+    prompts: str | None = opt(None, "prompts YAML (default: the shipped data/prompts.yaml)")
+    tensor_parallel_size: int = opt(1, "vllm: GPUs one engine spans")
+    batch_memory_gib: float | None = opt(
+        None,
+        "hf: memory one sub-batch may take (static KV cache and prompt pass); the "
+        "batch is split to fit (default: 80%% of free GPU memory, or half the available "
+        "memory on CPU)",
+    )
+    kv_reuse_gib: float = opt(
+        SelfplaySettings.kv_reuse_gib,
+        "hf: GiB for keys/values kept between a game's turns, so that the next prompt "
+        "computes only its new tokens (0 turns reuse off)",
+    )
+    gpu_memory_utilization: float = opt(
+        SelfplaySettings.gpu_memory_utilization,
+        "vllm: share of the GPU's total memory for the model's engine (with a local "
+        "--opponent and no --opponent-gpu-memory-utilization, half each)",
+    )
+    opponent_gpu_memory_utilization: float | None = opt(
+        None, "vllm: share of the GPU's total memory for the opponent's engine"
+    )
+    dtype: str = opt(
+        SelfplaySettings.dtype, "model dtype (float32 on CPU for auto)", choices=DTYPES
+    )
+    trust_remote_code: bool = opt(False, "allow model code from the model folder (off by default)")
+    model_name: str | None = opt(None, "name recorded in the episodes (default: the folder name)")
+    opponent_name: str | None = opt(
+        None, "opponent name recorded in the episodes (default: the folder name)"
+    )
+    threads: int | None = opt(
+        None, "torch CPU threads (default: torch's choice; set it to the job's cores)"
+    )
+    device: str = opt(
+        "auto",
+        "cuda: stop at once without working CUDA; cpu; auto: CUDA where it works",
+        choices=DEVICES,
+    )
+    no_journal: bool = opt(
+        False,
+        "do not journal finished games beside the output (by default a failed or "
+        "killed shard resumes from its finished games)",
+    )
+    no_progress: bool = opt(False, "no progress bar")
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+    @property
+    def sampling(self) -> Sampling:
+        """How replies are drawn: greedily against an opponent unless ``greedy`` says."""
+        greedy = self.greedy if self.greedy is not None else self.opponent is not None
+        return Sampling(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            greedy=greedy,
+        )
+
+
+def _check(c: PlayConfig) -> None:
+    if c.num_shards < 1:
+        raise SpagInputError(f"--num-shards must be at least 1, got {c.num_shards}")
+    if not 0 <= c.shard_index < c.num_shards:
+        raise SpagInputError(
+            f"--shard-index {c.shard_index} is out of range for --num-shards {c.num_shards}"
+            f" (valid: 0..{c.num_shards - 1})"
+        )
+    if c.max_turns < 1:
+        raise SpagInputError(f"--max-turns must be at least 1, got {c.max_turns}")
+    if c.max_new_tokens < 1:
+        raise SpagInputError(f"--max-new-tokens must be at least 1, got {c.max_new_tokens}")
+    if c.temperature < 0:
+        raise SpagInputError(f"--temperature must be >= 0, got {c.temperature}")
+    if c.top_k < 0:
+        raise SpagInputError(f"--top-k must be >= 0 (0: no limit), got {c.top_k}")
+    if not 0 < c.top_p <= 1:
+        raise SpagInputError(f"--top-p must be in (0, 1], got {c.top_p}")
+    if c.batch_size is not None and c.batch_size < 1:
+        raise SpagInputError(f"--batch-size must be at least 1, got {c.batch_size}")
+    if c.games_per_word < 1:
+        raise SpagInputError(f"--games-per-word must be at least 1, got {c.games_per_word}")
+    if c.batch_memory_gib is not None and c.batch_memory_gib <= 0:
+        raise SpagInputError(f"--batch-memory-gib must be positive, got {c.batch_memory_gib}")
+    if c.kv_reuse_gib < 0:
+        raise SpagInputError(f"--kv-reuse-gib must be >= 0, got {c.kv_reuse_gib}")
+    if c.threads is not None and c.threads < 1:
+        raise SpagInputError(f"--threads must be at least 1, got {c.threads}")
+    if c.opponent and c.games_per_word != 1:
+        raise SpagInputError("--games-per-word applies to self-play only (not with --opponent)")
+
+
+# ------------------------------------------------------------------ the rules' flags
+# Each function returns a rule's ``spag play`` options (keys are flag names with ``_``),
+# rendered by ``spag.settings.cli_flags``. Values equal to a default are passed too,
+# so a job's command line shows every value it plays with.
+
+
+def engine_arguments(config: dict[str, Any], family: str) -> dict[str, Any]:
+    """Options of the generation engine, shared by self-play, evaluation and teacher games;
+    ``family`` is the rule family whose GPUs a vLLM engine spans by default."""
+    s = config["selfplay"]
+    options: dict[str, Any] = dict(
+        backend=s["backend"],
+        max_turns=config["game"]["max_turns"],
+        prompt_format=config["game"]["prompt_format"],
+        max_length=s["max_length"],
+        dtype=s["dtype"],
+        trust_remote_code=config["base_model"]["trust_remote_code"],
+        device=family_device(config, family),
+    )
+    if s["backend"] == "vllm":
+        gpus = config["resources"][family]["gpus"]
+        options["tensor_parallel_size"] = s["tensor_parallel_size"] or max(gpus, 1)
+    else:
+        options.update(kv_reuse_gib=s["kv_reuse_gib"], batch_memory_gib=s["batch_memory_gib"])
+    return options
+
+
+def vllm_memory_arguments(
+    config: dict[str, Any], model: float, opponent: float | None = None
+) -> dict[str, Any]:
+    """vLLM engines' shares of the GPU's total memory (no options for other backends)."""
+    if config["selfplay"]["backend"] != "vllm":
+        return {}
+    return dict(gpu_memory_utilization=model, opponent_gpu_memory_utilization=opponent)
+
+
+def selfplay_arguments(config: dict[str, Any]) -> dict[str, Any]:
+    """Options of a self-play shard (config ``selfplay``)."""
+    s = config["selfplay"]
+    return {
+        **engine_arguments(config, "selfplay"),
+        **vllm_memory_arguments(config, s["gpu_memory_utilization"]),
+        "max_new_tokens": s["max_new_tokens"],
+        "temperature": s["temperature"],
+        "top_k": s["top_k"],
+        "top_p": s["top_p"],
+        "batch_size": s["batch_size"],
+    }
+
+
+def eval_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
+    """Options of an evaluation games shard (config ``evaluation``): greedy, both engines."""
+    e = config["evaluation"]
+    return {
+        **engine_arguments(config, "evaluate"),
+        **vllm_memory_arguments(
+            config, e["gpu_memory_utilization"], e["opponent_gpu_memory_utilization"]
+        ),
+        "max_new_tokens": e["max_new_tokens"],
+        "batch_size": e["batch_size"],
+        "greedy": True,
+    }
+
+
+def teacher_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
+    """Options of a teacher games shard (config ``data.teacher``), without ``--threads``:
+    where :func:`spag.game.teacher.teacher_plays_locally` is true the rule adds it (its
+    job's CPUs)."""
+    from spag.game.teacher import teacher_plays_locally
+
+    t = config["data"]["teacher"]
+    options: dict[str, Any] = dict(
+        model=t["model"],
+        model_name="teacher",
+        max_new_tokens=t["max_new_tokens"],
+        temperature=t["temperature"],
+        top_p=t["top_p"],
+        top_k=t["top_k"],
+        greedy=t["temperature"] == 0,
+        max_turns=config["game"]["max_turns"],
+    )
+    if t["partner"]:
+        options.update(opponent=t["partner"], opponent_name="partner")
+        options["no_greedy"] = t["temperature"] > 0
+    else:
+        options["games_per_word"] = t["games_per_word"]
+    if teacher_plays_locally(config):
+        # Engine options only where a local model plays: for endpoints they would do
+        # nothing but rerun (and pay for) the games whenever self-play settings change.
+        options.update(
+            engine_arguments(config, "selfplay"),
+            **vllm_memory_arguments(config, config["selfplay"]["gpu_memory_utilization"]),
+            batch_size=config["selfplay"]["batch_size"],
+        )
+    return options

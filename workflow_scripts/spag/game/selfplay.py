@@ -1,0 +1,270 @@
+"""The self-play game loop, shared by every generation backend.
+
+All games of a shard advance together, message by message: at each step the
+prompts of every unfinished game are built, grouped by the model that speaks
+next, and sent to that model's backend as one batch. A game leaves the batch as
+soon as it ends:
+
+- the defender's message contains "i know the word" (any case), as the
+  research code stops;
+- the judge decides it (a decisive outcome or a rule break at the last message);
+- it reached 2T messages.
+
+Self-play games pair a model with itself; evaluation games pair it with an
+opponent, twice per word (model as attacker, then model as defender).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from spag.data.tables import EPISODE_FIELDS
+from spag.game.settings import GameSettings
+from spag.generation.base import Backend, derive_seed
+from spag.generation.settings import Sampling
+from spag.judge import TIE, judge_game
+
+log = logging.getLogger(__name__)
+
+ROLES = ("attacker", "defender")
+POLICY = "policy"
+OPPONENT = "opponent"
+GUESS_MARK = "i know the word"
+
+# End reasons recorded per episode.
+END_GUESS = "guess"
+END_JUDGED = "judged"
+END_MAX_TURNS = "max_turns"
+
+METADATA_FIELDS = [
+    pa.field("epoch", pa.int64()),
+    pa.field("shard", pa.int64()),
+    pa.field("seed", pa.int64()),
+    pa.field("attacker_model", pa.string()),
+    pa.field("defender_model", pa.string()),
+    pa.field("policy_role", pa.string()),
+    pa.field("num_generated_tokens", pa.int64()),
+    pa.field("message_tokens", pa.list_(pa.int64())),
+    pa.field("empty_replies", pa.int64()),
+    pa.field("truncated_replies", pa.int64()),
+    pa.field("truncated_prompts", pa.int64()),
+    pa.field("end_reason", pa.string()),
+]
+SHARD_SCHEMA = pa.schema([*EPISODE_FIELDS, *METADATA_FIELDS])
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    """Who plays which game: ``attacker``/``defender`` are backend keys (policy/opponent)."""
+
+    episode_id: str
+    target_word: str
+    attacker: str = POLICY
+    defender: str = POLICY
+    policy_role: str | None = None
+
+
+@dataclass
+class GameState:
+    """A game in progress and its bookkeeping."""
+
+    spec: GameSpec
+    history: list[dict[str, str]] = field(default_factory=list)
+    message_tokens: list[int] = field(default_factory=list)
+    empty_replies: int = 0
+    truncated_replies: int = 0
+    truncated_prompts: int = 0
+    end_reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlaySettings:
+    """Game length, sampling and seed of one shard's games."""
+
+    seed: int
+    max_turns: int = GameSettings.max_turns
+    sampling: Sampling = field(default_factory=Sampling)
+
+
+def shard_seed(run_seed: int, epoch: int, shard_index: int) -> int:
+    """The seed of one shard job: derived from the run seed, the epoch and the shard index."""
+    return derive_seed("shard", run_seed, epoch, shard_index)
+
+
+def selfplay_specs(
+    words: Sequence[str], epoch: int, shard_index: int, games_per_word: int
+) -> list[GameSpec]:
+    """``games_per_word`` self-play games per word, ids unique across a run."""
+    return [
+        GameSpec(episode_id=f"e{epoch}-s{shard_index:03d}-{w}-{k}", target_word=w)
+        for w in words
+        for k in range(games_per_word)
+    ]
+
+
+def evaluation_specs(words: Sequence[str], epoch: int, shard_index: int) -> list[GameSpec]:
+    """Two games per word against the opponent: the model attacks, then the model defends."""
+    specs = []
+    for w in words:
+        specs.append(
+            GameSpec(
+                f"e{epoch}-eval-s{shard_index:03d}-{w}-attacker", w, POLICY, OPPONENT, "attacker"
+            )
+        )
+        specs.append(
+            GameSpec(
+                f"e{epoch}-eval-s{shard_index:03d}-{w}-defender", w, OPPONENT, POLICY, "defender"
+            )
+        )
+    return specs
+
+
+def end_reason(
+    history: Sequence[Mapping[str, str]], target_word: str, max_turns: int
+) -> str | None:
+    """Why the game is over after its last message, or None if it goes on."""
+    last = history[-1]
+    if last["role"] == "defender" and GUESS_MARK in last["content"].lower():
+        return END_GUESS
+    outcome, _ = judge_game(history, target_word, max_turns)
+    if outcome != TIE:
+        return END_JUDGED
+    if len(history) >= 2 * max_turns:
+        return END_MAX_TURNS
+    return None
+
+
+Progress = Callable[[int, int], None]  # (games finished since last call, tokens generated)
+Finished = Callable[[list[GameState]], None]  # the games that ended at this message
+
+
+def play_games(
+    specs: Sequence[GameSpec],
+    backends: Mapping[str, Backend],
+    prompts: Any,
+    settings: PlaySettings,
+    progress: Progress | None = None,
+    *,
+    done: Mapping[str, GameState] | None = None,
+    on_finished: Finished | None = None,
+) -> list[GameState]:
+    """Play all ``specs`` to the end, turn by turn in one batch; return them in spec order.
+
+    ``backends`` maps the keys used in the specs (``policy``, ``opponent``) to
+    backends; ``prompts`` has ``play_prompt(history, role, target_word, max_turns)``.
+    Each generate call's seed derives from the settings' seed, the message index
+    and the speaking model, and each game's from that and its id, so the same shard
+    replays identically, whichever of its games play together. Games in ``done``
+    (finished earlier, by episode id) are taken as they are; ``on_finished`` is told of
+    every game as it ends (``spag.game.journal``).
+    """
+    done = done or {}
+    games = [done.get(spec.episode_id) or GameState(spec) for spec in specs]
+    active = [g for g in games if g.spec.episode_id not in done]
+    if progress is not None and len(active) < len(games):
+        progress(len(games) - len(active), 0)
+    max_messages = 2 * settings.max_turns
+    started = time.perf_counter()
+    total_tokens = 0
+    for turn in range(max_messages):
+        if not active:
+            break
+        role = ROLES[turn % 2]
+        groups: dict[str, list[GameState]] = {}
+        for g in active:
+            groups.setdefault(getattr(g.spec, role), []).append(g)
+        log.info("message %d/%d (%s): %d games playing", turn + 1, max_messages, role, len(active))
+        turn_tokens = 0
+        for key in sorted(groups):
+            batch = groups[key]
+            texts = [
+                prompts.play_prompt(g.history, role, g.spec.target_word, settings.max_turns)
+                for g in batch
+            ]
+            replies = backends[key].generate(
+                texts,
+                settings.sampling,
+                seed=derive_seed(settings.seed, turn, key),
+                game_ids=[g.spec.episode_id for g in batch],
+            )
+            if len(replies) != len(batch):
+                raise RuntimeError(
+                    f"backend '{key}' returned {len(replies)} replies for {len(batch)} prompts"
+                )
+            for g, r in zip(batch, replies, strict=True):
+                g.history.append({"role": role, "content": r.text})
+                g.message_tokens.append(r.num_tokens)
+                g.empty_replies += not r.text
+                g.truncated_replies += not r.finished_by_eos
+                g.truncated_prompts += r.prompt_truncated
+                turn_tokens += r.num_tokens
+        total_tokens += turn_tokens
+        still = []
+        for g in active:
+            g.end_reason = end_reason(g.history, g.spec.target_word, settings.max_turns)
+            if g.end_reason is None:
+                still.append(g)
+            elif turn + 1 < max_messages:
+                _release(backends, g.spec.episode_id)
+        finished = len(active) - len(still)
+        if on_finished is not None and finished:
+            on_finished([g for g in active if g.end_reason is not None])
+        elapsed = max(time.perf_counter() - started, 1e-9)
+        log.info(
+            "message %d/%d done: %d games finished, %d still playing, %.0f tokens/s",
+            turn + 1,
+            max_messages,
+            finished,
+            len(still),
+            total_tokens / elapsed,
+        )
+        active = still
+        if progress is not None:
+            progress(finished, turn_tokens)
+    for g in games:
+        _release(backends, g.spec.episode_id)
+    return games
+
+
+def _release(backends: Mapping[str, Backend], episode_id: str) -> None:
+    for backend in backends.values():
+        release = getattr(backend, "release", None)
+        if release is not None:
+            release([episode_id])
+
+
+def games_table(
+    games: Sequence[GameState],
+    *,
+    max_turns: int,
+    epoch: int,
+    shard: int,
+    seed: int,
+    model_names: Mapping[str, str],
+) -> pa.Table:
+    """The shard table: episode contract columns plus metadata (schema :data:`SHARD_SCHEMA`)."""
+    rows: dict[str, list] = {f.name: [] for f in SHARD_SCHEMA}
+    for g in games:
+        rows["episode_id"].append(g.spec.episode_id)
+        rows["target_word"].append(g.spec.target_word)
+        rows["max_turns"].append(max_turns)
+        rows["history"].append([{"role": m["role"], "content": m["content"]} for m in g.history])
+        rows["epoch"].append(epoch)
+        rows["shard"].append(shard)
+        rows["seed"].append(seed)
+        rows["attacker_model"].append(model_names[g.spec.attacker])
+        rows["defender_model"].append(model_names[g.spec.defender])
+        rows["policy_role"].append(g.spec.policy_role)
+        rows["num_generated_tokens"].append(sum(g.message_tokens))
+        rows["message_tokens"].append(list(g.message_tokens))
+        rows["empty_replies"].append(g.empty_replies)
+        rows["truncated_replies"].append(g.truncated_replies)
+        rows["truncated_prompts"].append(g.truncated_prompts)
+        rows["end_reason"].append(g.end_reason)
+    return pa.table(rows, schema=SHARD_SCHEMA)

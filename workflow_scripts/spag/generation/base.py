@@ -1,0 +1,178 @@
+"""The small interface between the game loop and a text generator.
+
+The game loop (``spag.game.selfplay``) is the only caller. A backend takes finished
+prompt texts and returns one :class:`Reply` per prompt, in order. Both backends
+render and encode prompts the same way (:class:`spag.models.rendering.PromptRenderer`,
+shared with training and scoring): the raw or chat rendering, exactly one BOS
+where the tokenizer uses one, and left truncation to the prompt budget, so that
+a game played with ``hf`` or ``vllm`` sees the same token ids as training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from spag.errors import SpagInputError
+from spag.generation.settings import Sampling, SelfplaySettings
+from spag.models.tokenizer import TOKENIZER_FILES
+
+# No reply may be empty of tokens: EOS is forbidden for the first tokens.
+MIN_NEW_TOKENS = 2
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One generated reply.
+
+    ``num_tokens`` counts the generated tokens including a final EOS;
+    ``finished_by_eos`` is false when the reply was cut at ``max_new_tokens``;
+    ``prompt_truncated`` tells that the prompt was left-truncated to fit.
+    """
+
+    text: str
+    num_tokens: int
+    finished_by_eos: bool
+    prompt_truncated: bool = False
+
+
+class Backend(Protocol):
+    """A text generator for the game loop."""
+
+    name: str
+
+    def generate(
+        self,
+        prompts: list[str],
+        sampling: Sampling,
+        *,
+        seed: int,
+        game_ids: list[str] | None = None,
+    ) -> list[Reply]:
+        """Return one reply per prompt, in the order of ``prompts``, drawn as ``sampling``
+        says (greedy when ``sampling.greedy`` or its temperature is 0).
+
+        ``seed`` is the call's (the game loop derives one per message and speaker).
+        ``game_ids`` names the game of each prompt. A sampled reply draws from its
+        own random stream, ``prompt_seeds(seed, game_ids)``, so a game's replies do
+        not depend on which other games share the call or the batch. A backend may
+        also keep what it computed for a game's prompt and reuse it for that game's
+        next, longer prompt; replies do not depend on that beyond rounding.
+        """
+        ...
+
+    def release(self, game_ids: list[str]) -> None:
+        """Forget whatever is kept for these games (they have ended)."""
+        ...
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 31-bit seed from any printable parts (same parts, same seed, any machine)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % (2**31 - 1)
+
+
+def prompt_seeds(seed: int, game_ids: list[str] | None, count: int) -> list[int]:
+    """The sampling seed of each prompt of a generate call: from the call's seed and the
+    prompt's game (its episode id), or its position when no game is named."""
+    if game_ids is not None and len(game_ids) != count:
+        raise ValueError(f"game_ids must give one id per prompt ({len(game_ids)} for {count})")
+    keys = game_ids if game_ids is not None else range(count)
+    return [derive_seed(seed, key) for key in keys]
+
+
+def check_model_dir(path: str | Path) -> Path:
+    """Check that ``path`` is a Hugging Face checkpoint folder with safetensors and a tokenizer."""
+    p = Path(path)
+    if not p.is_dir():
+        raise SpagInputError(f"model folder not found: {p}")
+    check_manifest(p)
+    if not (p / "config.json").is_file():
+        raise SpagInputError(f"{p}: not a model folder (no config.json)")
+    if not any((p / name).is_file() for name in TOKENIZER_FILES):
+        raise SpagInputError(
+            f"{p}: no tokenizer in the model folder (expected one of {', '.join(TOKENIZER_FILES)});"
+            " every checkpoint must carry the tokenizer it was trained with"
+        )
+    if not any(p.glob("*.safetensors")):
+        raise SpagInputError(f"{p}: no *.safetensors weights (other weight formats are not loaded)")
+    return p
+
+
+def check_manifest(folder: Path) -> None:
+    """A model folder this project wrote must still hold what it wrote; a damaged one is
+    renamed aside so that the next run rebuilds it (its rule's output is then missing)."""
+    from spag.data.tables import manifest_problem
+
+    problem = manifest_problem(folder)
+    if problem is None:
+        return
+    aside = folder.with_name(f"{folder.name}.damaged")
+    try:
+        if aside.exists():
+            shutil.rmtree(aside)
+        folder.rename(aside)
+        moved = f"set aside as {aside}: the next run rebuilds it"
+    except FileNotFoundError:
+        moved = f"set aside as {aside} by another job: the next run rebuilds it"
+    except OSError as exc:
+        moved = f"not set aside ({exc.strerror}): remove it, and the next run rebuilds it"
+    raise SpagInputError(f"model folder {folder} is damaged ({problem}); {moved}")
+
+
+def model_max_positions(model_dir: str | Path) -> int | None:
+    """The model's context length from its config.json, if it states one."""
+    import json
+
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpagInputError(f"{model_dir}/config.json: unreadable: {exc}") from exc
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = config.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def context_budget(model_dir: str | Path, max_length: int | None) -> int:
+    """Prompt + reply token budget: ``max_length`` (default ``selfplay.max_length``), capped
+    by the model's context."""
+    import logging
+
+    limit = model_max_positions(model_dir)
+    wanted = SelfplaySettings.max_length if max_length is None else int(max_length)
+    if wanted < 4:
+        raise SpagInputError(f"--max-length {wanted} is too small")
+    if limit is not None and wanted > limit:
+        if max_length is not None:
+            logging.getLogger(__name__).warning(
+                "--max-length %d exceeds the context of %s (%d); using %d",
+                wanted,
+                model_dir,
+                limit,
+                limit,
+            )
+        wanted = limit
+    return wanted
+
+
+def stop_token_ids(renderer: Any, model_dir: str | Path) -> list[int]:
+    """All token ids that end a reply: the rendering's end token (EOS or end of turn),
+    the tokenizer's EOS and the generation config's."""
+    import json
+
+    ids: list[int] = list(renderer.stop_ids())
+    gen_path = Path(model_dir) / "generation_config.json"
+    if gen_path.is_file():
+        try:
+            value = json.loads(gen_path.read_text(encoding="utf-8")).get("eos_token_id")
+        except ValueError:
+            value = None
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, int) and v not in ids:
+                ids.append(v)
+    return ids

@@ -1,0 +1,89 @@
+"""Generation settings, declared once: how a reply is sampled (:class:`Sampling`) and the
+config sections of the games' engines, ``selfplay`` and ``evaluation``.
+
+The defaults here are the schema's (``tests/test_settings.py`` checks it); ``spag play``'s
+flags (``spag.game.play_settings.PlayConfig``) and the backends refer to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spag.settings import opt, section
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Backends that play a local model folder (``openai`` takes an endpoint spec instead).
+MODEL_BACKENDS = ("hf", "vllm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampling:
+    """How every reply of a generate call is drawn; the defaults are self-play's."""
+
+    max_new_tokens: int = opt(256, "tokens per reply at most")
+    temperature: float = opt(1.2, "sampling temperature")
+    top_k: int = opt(
+        50,
+        "sample from the k most likely tokens; 0: no limit (the research code kept "
+        "transformers' default 50)",
+    )
+    top_p: float = opt(1.0, "nucleus sampling: the smallest set of tokens with this mass")
+    greedy: bool = opt(False, "greedy decoding (the most likely token; no sampling)")
+
+    @property
+    def samples(self) -> bool:
+        """Whether replies are drawn at random (not greedy, temperature above 0)."""
+        return not self.greedy and self.temperature > 0
+
+
+@section("selfplay")
+@dataclass(frozen=True, kw_only=True)
+class SelfplaySettings:
+    """Self-play games of an epoch (config ``selfplay``): the shards, the engine and the
+    sampling; evaluation games use the same engine settings."""
+
+    num_shards: int = opt(
+        3,
+        "one job per shard of the train words (at most words.num_train; shard files are "
+        "numbered 000-999)",
+    )
+    backend: str = opt("hf", "generation backend", choices=MODEL_BACKENDS)
+    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
+    max_new_tokens: int = opt(Sampling.max_new_tokens, "tokens per reply at most")
+    temperature: float = opt(Sampling.temperature, "sampling temperature")
+    top_k: int = opt(Sampling.top_k, "sample from the k most likely tokens; 0: no limit")
+    top_p: float = opt(Sampling.top_p, "nucleus sampling mass")
+    max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context")
+    dtype: str = opt("auto", "model dtype (auto: float32 on CPU)", choices=DTYPES)
+    tensor_parallel_size: int | None = opt(
+        None, "vllm: GPUs one engine spans; None: the GPUs of the job"
+    )
+    batch_memory_gib: float | None = opt(
+        None,
+        "hf: memory one sub-batch may take; None: four fifths of the free GPU memory, or "
+        "half of the memory available on CPU",
+    )
+    gpu_memory_utilization: float = opt(
+        0.9, "vllm: share of each GPU's total memory the self-play engine takes"
+    )
+    kv_reuse_gib: float = opt(2.0, "hf: memory for keys/values kept between a game's turns")
+
+
+@section("evaluation")
+@dataclass(frozen=True, kw_only=True)
+class EvaluationSettings:
+    """Evaluation games against a fixed opponent (config ``evaluation``; its ``reasoning``
+    subsection is declared by the reasoning evaluation)."""
+
+    opponent: str = opt(
+        "imitation",
+        '"imitation" (M0), "base", a model folder, or an OpenAI-compatible endpoint',
+    )
+    max_new_tokens: int = opt(256, "tokens per reply at most")
+    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
+    gpu_memory_utilization: float = opt(
+        0.45, "vllm: share of the GPU's total memory of the evaluated model's engine"
+    )
+    opponent_gpu_memory_utilization: float = opt(
+        0.45, "vllm: share of the GPU's total memory of a local opponent's engine"
+    )

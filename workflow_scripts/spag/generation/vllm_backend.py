@@ -1,0 +1,126 @@
+"""The ``vllm`` backend: one vLLM engine per job, continuous batching on the GPU.
+
+Kept thin on purpose: prompts are rendered and encoded by the shared
+:class:`spag.models.rendering.PromptRenderer` (raw or chat, one BOS, left
+truncation) and handed to vLLM as token ids, so that ``hf`` and ``vllm`` games see
+the same inputs. Each request gets its own seed, derived from the call's seed and
+the game's episode id (``prompt_seeds``), which makes a game's sampling independent
+of what else runs in the batch. vLLM is imported only here, and only when this
+backend is chosen.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spag.errors import SpagInputError
+from spag.generation.base import (
+    MIN_NEW_TOKENS,
+    Reply,
+    context_budget,
+    prompt_seeds,
+    stop_token_ids,
+)
+from spag.generation.settings import Sampling, SelfplaySettings
+from spag.models.rendering import PromptRenderer
+
+
+class VLLMBackend:
+    """``vllm.LLM`` with per-request ``SamplingParams(seed=...)``."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        prompt_format: str,
+        trust_remote_code: bool,
+        tensor_parallel_size: int,
+        seed: int,
+        batch_size: int | None = None,
+        max_length: int | None = None,
+        dtype: str = SelfplaySettings.dtype,
+        gpu_memory_utilization: float = SelfplaySettings.gpu_memory_utilization,
+    ) -> None:
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise SpagInputError(
+                "--backend vllm needs the vllm package (conda env envs/vllm.yaml, a CUDA GPU);"
+                f" it could not be imported: {exc}"
+            ) from exc
+        from transformers import AutoTokenizer
+
+        self.max_length = context_budget(model_dir, max_length)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            model_dir, trust_remote_code=trust_remote_code
+        )
+        self.encoder = PromptRenderer(self.tokenizer, prompt_format, source=str(model_dir))
+        self.eos_ids = stop_token_ids(self.encoder, model_dir)
+        engine_opts = dict(
+            model=str(model_dir),
+            tokenizer=str(model_dir),
+            dtype=dtype,
+            trust_remote_code=trust_remote_code,
+            tensor_parallel_size=int(tensor_parallel_size),
+            gpu_memory_utilization=float(gpu_memory_utilization),
+            max_model_len=self.max_length,
+            seed=int(seed),
+            # Games re-send their growing history: shared prefixes are computed once.
+            enable_prefix_caching=True,
+        )
+        if batch_size:
+            engine_opts["max_num_seqs"] = int(batch_size)
+        self.llm = LLM(**engine_opts)
+
+    def generate(
+        self,
+        prompts: list[str],
+        sampling: Sampling,
+        *,
+        seed: int,
+        game_ids: list[str] | None = None,
+    ) -> list[Reply]:
+        """See :meth:`spag.generation.base.Backend.generate`."""
+        from vllm import SamplingParams
+
+        if not prompts:
+            return []
+        max_new_tokens = sampling.max_new_tokens
+        seeds = prompt_seeds(seed, game_ids, len(prompts))
+        encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
+        sample = sampling.samples
+        top_k = sampling.top_k
+        params = [
+            SamplingParams(
+                n=1,
+                temperature=float(sampling.temperature) if sample else 0.0,
+                top_p=float(sampling.top_p) if sample else 1.0,
+                # vLLM: 0 or -1 means no top-k filter.
+                top_k=int(top_k) if sample and top_k > 0 else 0,
+                max_tokens=int(max_new_tokens),
+                min_tokens=min(MIN_NEW_TOKENS, int(max_new_tokens)),
+                stop_token_ids=self.eos_ids,
+                seed=seeds[i],
+                skip_special_tokens=True,
+            )
+            for i in range(len(encoded))
+        ]
+        requests = [{"prompt_token_ids": ids} for ids, _ in encoded]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        replies = []
+        for (_, truncated), out in zip(encoded, outputs, strict=True):
+            completion = out.outputs[0]
+            replies.append(
+                Reply(
+                    text=completion.text.strip(),
+                    num_tokens=len(completion.token_ids),
+                    finished_by_eos=completion.finish_reason == "stop",
+                    prompt_truncated=truncated,
+                )
+            )
+        return replies
+
+    def release(self, game_ids: list[str]) -> None:
+        """Nothing to do: vLLM's prefix cache evicts by itself."""

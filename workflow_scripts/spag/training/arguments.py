@@ -1,0 +1,50 @@
+"""The Trainer's arguments of a ``spag train`` run: transformers' ``TrainingArguments``
+with the loss's settings, as TRL's trainers extend them (``DPOConfig`` and the like).
+
+They are built from the run's settings (:class:`spag.training.settings.TrainConfig`)
+field by name: a setting whose ``TrainingArguments`` field has another name declares
+it once, as its ``arg`` metadata (``per_device_batch_size`` fills
+``per_device_train_batch_size``). What depends on the machine (the device, the
+resolved DeepSpeed file, TF32, the trackers) is set up by :mod:`spag.training.run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from transformers import TrainingArguments
+
+from spag.settings import opt, req
+from spag.training.settings import METHOD_DEFAULTS, TrainConfig, argument_values
+
+
+@dataclass(kw_only=True)
+class SpagTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
+    from ``self.args``: the loss (docs/design.md section 4) and the batch order."""
+
+    method: str = req("loss", choices=tuple(METHOD_DEFAULTS))
+    kl_coeff: float = req("KL coefficient")
+    sft_coeff: float = req("weight of the SFT term (offline_po only)")
+    clip_eps: float = req("ratio clip range (offline_po only)")
+    group_by_length: bool = req("batches of similar length (the SFT/game mix kept)")
+    # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
+    remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")
+    # A job's log is its loss log and the Trainer's log lines, not a progress bar.
+    disable_tqdm: bool = opt(True, "no progress bars")
+
+    def __post_init__(self) -> None:
+        if self.method not in METHOD_DEFAULTS:
+            raise ValueError(f"unknown method {self.method!r}")
+        if self.activation_checkpointing and self.activation_checkpointing_kwargs is None:
+            # The non-reentrant variant, the one torch recommends.
+            self.activation_checkpointing_kwargs = {"use_reentrant": False}
+        super().__post_init__()
+
+    @classmethod
+    def from_settings(cls, cfg: TrainConfig, **setup: Any) -> SpagTrainingArguments:
+        """The arguments of the run ``cfg``; ``setup`` gives the fields the run sets up."""
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        return cls(**argument_values(cfg, names), **setup)

@@ -1,0 +1,114 @@
+"""The training objectives of docs/design.md section 4, as pure functions on tensors.
+
+All log-probabilities are sequence level: the mean log-prob of a sample's target
+tokens (its final EOS included), query and padding masked out. :func:`sample_logprobs`
+computes them for scoring, padded and packed training alike.
+"""
+
+from __future__ import annotations
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Log-prob (float32) of ``targets[k]`` under the row ``logits[k]`` (``(K, V)``, ``(K,)``)."""
+    logits = logits.float()
+    return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def sample_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, n: int
+) -> torch.Tensor:
+    """Mean log-prob of each sample's target tokens, ``(n,)`` in float32.
+
+    The one computation of a sequence-level log-prob (docs/design.md section 4) for
+    scoring, padded and packed training: ``logits`` ``(K, V)`` are the rows that
+    predict the ``K`` target tokens ``targets``, ``sample`` ``(K,)`` the sample each
+    belongs to. A sample without targets gets 0.
+    """
+    token_lp = target_logprobs(logits, targets)
+    sums = torch.zeros(n, dtype=torch.float32, device=token_lp.device)
+    sums = sums.index_add(0, sample, token_lp)
+    counts = torch.bincount(sample, minlength=n).clamp(min=1).to(torch.float32)
+    return sums / counts
+
+
+def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean log-prob per sequence of the tokens whose label is not ``IGNORE_INDEX``.
+
+    ``logits`` is ``(B, T, V)`` as a causal LM returns it (position t predicts t+1);
+    ``labels`` is ``(B, T)``, aligned with the input ids. Returns ``(B,)`` in float32.
+    """
+    shift_logits = logits[:, :-1, :]
+    shift_labels = labels[:, 1:]
+    mask = shift_labels != IGNORE_INDEX
+    # Only the target positions need a log-softmax: select them first, which keeps
+    # the float32 copy of the logits small when queries are long.
+    rows = mask.nonzero(as_tuple=True)[0]
+    return sample_logprobs(shift_logits[mask], shift_labels[mask], rows, labels.shape[0])
+
+
+def first_needed_logit(labels: torch.Tensor) -> int:
+    """Index of the earliest position whose logit any learned token needs (query logits are not)."""
+    learned = labels[:, 1:] != IGNORE_INDEX
+    return int(learned.to(torch.int8).argmax(dim=1).min())
+
+
+def _stats(lp: torch.Tensor, ref: torch.Tensor) -> dict[str, torch.Tensor]:
+    diff = (lp - ref).detach()
+    ratio = diff.exp()
+    return {
+        "kl_sum": diff.sum(),
+        "ratio_sum": ratio.sum(),
+        "ratio_min": ratio.min(),
+        "ratio_max": ratio.max(),
+        "count": torch.tensor(float(lp.numel()), device=lp.device),
+    }
+
+
+def sft_with_kl_loss(
+    lp: torch.Tensor, ref: torch.Tensor, weight: torch.Tensor, kl_coeff: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Imitation: mean over the batch of ``(-lp + b * exp(lp) * (lp - ref)) * weight``."""
+    per_sample = -lp + kl_coeff * lp.exp() * (lp - ref)
+    loss = (per_sample * weight).mean()
+    return loss, _stats(lp, ref)
+
+
+def offline_po_loss(
+    lp: torch.Tensor,
+    ref: torch.Tensor,
+    reward: torch.Tensor,
+    weight: torch.Tensor,
+    is_sft: torch.Tensor,
+    kl_coeff: float,
+    sft_coeff: float,
+    clip_eps: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SPAG: clipped importance-weighted game term plus the SFT term, each over its own count.
+
+    ``ratio = exp(lp - ref)``, ``adv = reward - b * (lp - ref)`` (not detached),
+    ``ppo = -min(adv * ratio, adv * clip(ratio, 1 - eps, 1 + eps))``;
+    ``L = a * sum_sft(-lp * w) / n_sft + sum_game(ppo * w) / n_game`` (a term is 0
+    when its count is 0).
+    """
+    is_sft = is_sft.bool()
+    is_game = ~is_sft
+    log_ratio = lp - ref
+    ratio = log_ratio.exp()
+    adv = reward - kl_coeff * log_ratio
+    ppo = -torch.minimum(adv * ratio, adv * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps))
+    n_sft = is_sft.sum()
+    n_game = is_game.sum()
+    zero = lp.sum() * 0.0  # keeps the graph (and the dtype) when a term is empty
+    sft_term = sft_coeff * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
+    game_term = (ppo * weight)[is_game].sum() / n_game if int(n_game) > 0 else zero
+    loss = sft_term + game_term
+    stats = _stats(lp, ref)
+    stats["n_sft"] = n_sft.to(torch.float32)
+    stats["n_game"] = n_game.to(torch.float32)
+    # Game samples whose ratio left the trust region (SFT rows are never clipped).
+    stats["clipped"] = (((ratio.detach() - 1.0).abs() > clip_eps) & is_game).sum().to(torch.float32)
+    return loss, stats

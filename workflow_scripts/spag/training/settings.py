@@ -1,0 +1,223 @@
+"""The settings of one training run and of reference scoring, declared once.
+
+``StageSettings`` holds the hyper-parameters a user sets per stage (config keys
+``imitation.*`` and ``spag.*``; the schema's ``$defs.training`` lists the same keys
+with the same defaults, checked by a test). ``TrainConfig`` adds what a job is given
+(files, method, run-wide keys). ``spag train``'s flags, their defaults and help are
+generated from ``TrainConfig`` (:func:`spag.settings.add_arguments`), the rules' flags
+from the validated config (:func:`stage_arguments`), and the Trainer's arguments from
+the settings by name (:func:`argument_values`, metadata ``arg``), so no default is
+written twice. ``ScoringSettings`` (config ``scoring``) and ``ScoreRefSettings`` do the
+same for ``spag score-ref`` (:func:`score_arguments`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from spag.device import DEVICES, family_device
+from spag.errors import SpagInputError
+from spag.game.settings import GameSettings
+from spag.models.rendering import PROMPT_FORMATS
+from spag.settings import config_options, opt, req, section
+from spag.tracking import DEFAULT_DIR as DEFAULT_TRACKING_DIR
+from spag.tracking import ENV_PROJECT, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
+
+# Which loss each pipeline stage trains with (docs/design.md section 4).
+STAGE_METHOD = {"imitation": "sft_kl", "spag": "offline_po"}
+# The paper's settings that differ between the two losses.
+METHOD_DEFAULTS: dict[str, dict[str, float]] = {
+    "sft_kl": {"learning_rate": 5e-6, "kl_coeff": 0.1},
+    "offline_po": {"learning_rate": 2e-6, "kl_coeff": 0.2},
+}
+# Settings that must be at least 1.
+POSITIVE = ("per_device_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps")
+
+
+@dataclass(kw_only=True)
+class StageSettings:
+    """Hyper-parameters of one training stage (config ``imitation`` / ``spag``)."""
+
+    learning_rate: float | None = opt(None, "peak learning rate (default: by method)")
+    num_train_epochs: float = opt(1.0, "passes over the samples")
+    max_steps: int = opt(-1, "optimizer steps; -1: as many as the epochs give")
+    per_device_batch_size: int = opt(
+        2, "samples per device and step", arg="per_device_train_batch_size"
+    )
+    gradient_accumulation_steps: int = opt(8, "micro-batches per optimizer step")
+    max_length: int = opt(2048, "tokens per sample (left-truncated, BOS kept)")
+    lr_scheduler: str = opt("cosine", "transformers scheduler name", arg="lr_scheduler_type")
+    # A warmup_steps value below 1 is a ratio of the total steps.
+    warmup_ratio: float = opt(
+        0.03, "warm-up as a fraction of the steps, in [0, 1)", arg="warmup_steps"
+    )
+    weight_decay: float = opt(0.0, "AdamW weight decay")
+    bf16: bool = opt(False, "bfloat16 mixed precision")
+    tf32: bool = opt(False, "TF32 matrix products (CUDA only)", arg=None)
+    gradient_checkpointing: bool = opt(
+        False, "recompute activations in the backward pass", arg="activation_checkpointing"
+    )
+    deepspeed: str | None = opt(None, "zero3_offload | zero3 | a JSON config path | none", arg=None)
+    save_steps: int = opt(100, "trainer checkpoint every K steps (for resume)")
+    logging_steps: int = opt(1, "loss log row every K steps")
+    group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
+    padding_free: bool = opt(
+        True, "a micro-batch's samples packed in one row, attention per sample (no padding)"
+    )
+    kl_coeff: float | None = opt(None, "KL coefficient (default: by method)")
+    sft_coeff: float = opt(0.5, "weight of the SFT term (offline_po only)")
+    clip_eps: float = opt(0.2, "ratio clip range (offline_po only)")
+
+
+@dataclass(kw_only=True)
+class TrainConfig(StageSettings):
+    """One ``spag train`` job: its files and method, the run-wide keys and the stage's settings."""
+
+    method: str = req("loss", choices=tuple(METHOD_DEFAULTS))
+    model: str = req("init model folder")
+    samples: str = req("scored samples Parquet (with ref_logprob)")
+    output: str = req("model folder to write")
+    checkpoint_dir: str = req("trainer checkpoints (resume from here)", arg="output_dir")
+    loss_log: str = req("per-step loss table (TSV) to write")
+    ref_model: str | None = opt(None, "model the samples were scored under (default: --model)")
+    # Run-wide keys of the config (``key``: where the rules read them).
+    seed: int = opt(42, "run seed", key=("seed",))
+    prompt_format: str = opt(
+        GameSettings.prompt_format,
+        "raw or chat: how queries are rendered (as in play)",
+        choices=PROMPT_FORMATS,
+        key=("game", "prompt_format"),
+    )
+    trust_remote_code: bool = opt(
+        False, "let transformers run the model's own code", key=("base_model", "trust_remote_code")
+    )
+    save_total_limit: int = opt(2, "trainer checkpoints kept")
+    keep_checkpoints: bool = opt(False, "keep trainer checkpoints after the model is written")
+    device: str = opt(
+        "auto", "cuda (stop at once without working CUDA), cpu, or auto", choices=DEVICES
+    )
+    # Trackers (config `tracking`, spag.tracking): not part of what a checkpoint belongs
+    # to. The workflow sets them through the environment variables named by `env`.
+    report_to: str = opt(
+        "none",
+        "trackers, comma-separated: tensorboard, wandb, trackio, mlflow",
+        env=ENV_REPORT_TO,
+        arg=None,
+    )
+    tracking_dir: str = opt(
+        DEFAULT_TRACKING_DIR, "folder of the trackers' offline files", env=ENV_TRACKING_DIR
+    )
+    project: str | None = opt(
+        None, "tracker project (default: the current folder's name)", env=ENV_PROJECT, arg=None
+    )
+    run_name: str | None = opt(
+        None, "the run's name in trackers (stages are logged under it)", env=ENV_RUN_NAME, arg=None
+    )
+    stage: str = opt("train", "this stage's name in trackers (imitation, epoch1, ...)")
+
+    def __post_init__(self) -> None:
+        if self.method not in METHOD_DEFAULTS:
+            raise SpagInputError(
+                f"--method must be one of {', '.join(METHOD_DEFAULTS)}, got {self.method!r}"
+            )
+        # The learning rate and KL coefficient the method implies where they are unset.
+        for key, value in METHOD_DEFAULTS[self.method].items():
+            if getattr(self, key) is None:
+                setattr(self, key, value)
+        for name in POSITIVE:
+            if getattr(self, name) < 1:
+                raise SpagInputError(f"--{name.replace('_', '-')} must be positive")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise SpagInputError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+def stage_keys() -> list[str]:
+    """The per-stage config keys (``imitation.*``, ``spag.*``), in declaration order."""
+    return [f.name for f in dataclasses.fields(StageSettings)]
+
+
+def argument_values(cfg: TrainConfig, names: set[str]) -> dict[str, Any]:
+    """The settings of ``cfg`` that are fields of the Trainer's arguments, under their names.
+
+    A setting's metadata ``arg`` names its ``TrainingArguments`` field where the names
+    differ; ``arg=None`` marks a setting the run sets up itself (it means something else
+    there, e.g. ``deepspeed``: a name here, a resolved file there).
+    """
+    values = {}
+    for f in dataclasses.fields(cfg):
+        name = f.metadata.get("arg", f.name)
+        if name in names:
+            values[name] = getattr(cfg, f.name)
+    return values
+
+
+def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """``spag train`` options of a pipeline stage from the validated config.
+
+    Keys are flag names with ``_`` (``learning_rate``); a true default-on boolean
+    turned off becomes ``no_<name>``. Settings equal to the default are passed too,
+    so the job's command line shows every value it trains with.
+    """
+    method = STAGE_METHOD[stage]
+    options: dict[str, Any] = {"method": method}
+    for key, value in config_options(StageSettings, config[stage]).items():
+        if key in ("sft_coeff", "clip_eps") and method != "offline_po":
+            continue
+        options[key] = value
+    # The run-wide keys (fields with a ``key``); every other field is absent from {}.
+    options.update(config_options(TrainConfig, {}, config=config))
+    # The rule family's GPUs decide: never a silent CPU run of a GPU job.
+    options["device"] = family_device(config, "train")
+    # formatted with the rule's wildcards (params strings are)
+    options["stage"] = "imitation" if stage == "imitation" else "epoch{epoch}"
+    return options
+
+
+@section("scoring")
+@dataclass(kw_only=True)
+class ScoringSettings:
+    """How ``spag score-ref`` runs the reference model (config ``scoring``)."""
+
+    batch_size: int = opt(16, "samples per forward pass")
+    dtype: str = opt("float32", "reference model dtype", choices=("float32", "bfloat16", "float16"))
+
+
+@dataclass(kw_only=True)
+class ScoreRefSettings(ScoringSettings):
+    """One ``spag score-ref`` job: its files, the scoring keys and training's encoding."""
+
+    model: str = req("reference model folder")
+    samples: str = req("samples Parquet (docs/design.md section 6)")
+    output: str = req("scored samples Parquet to write")
+    # Training's values: the scores are only valid for the same encoding and path.
+    max_length: int = opt(StageSettings.max_length, "same value as training's")
+    prompt_format: str = opt(
+        GameSettings.prompt_format, "same value as training's", choices=PROMPT_FORMATS
+    )
+    trust_remote_code: bool = opt(
+        TrainConfig.trust_remote_code, "let transformers run the model's own code"
+    )
+    padding_free: bool = opt(
+        StageSettings.padding_free,
+        "score packed rows, attention per sample: training's path with padding_free "
+        "(the same value as training's)",
+    )
+    device: str = opt(
+        TrainConfig.device,
+        "cuda: stop at once without working CUDA; cpu; auto: CUDA where it works",
+        choices=DEVICES,
+    )
+
+
+def score_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
+    """``spag score-ref`` options for the samples of a training ``stage`` (its length and
+    path), from the validated config; keys as in :func:`stage_arguments`."""
+    options = config_options(ScoringSettings, config["scoring"])
+    options["max_length"] = config[stage]["max_length"]
+    options["no_padding_free"] = not config[stage]["padding_free"]
+    options["prompt_format"] = config["game"]["prompt_format"]
+    options["trust_remote_code"] = config["base_model"]["trust_remote_code"]
+    options["device"] = family_device(config, "score")
+    return options
