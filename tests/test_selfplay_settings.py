@@ -10,7 +10,6 @@ import shlex
 import pytest
 
 from spag.config import validate_config
-from spag.device import family_device
 from spag.errors import SpagInputError
 from spag.game.play_settings import (
     PlayConfig,
@@ -30,115 +29,6 @@ def _parse(argv: list[str]) -> PlayConfig:
     p = argparse.ArgumentParser()
     add_arguments(p, PlayConfig)
     return from_arguments(PlayConfig, p.parse_args([*REQUIRED, *argv]))
-
-
-# ---------------------------------------------------------------- the reference
-# The rules' functions as rules/common.smk wrote them before the package gave the
-# options: every job's `spag play` flags must stay exactly these.
-
-
-def _ref_cli_args(**options):
-    parts = []
-    for key, value in options.items():
-        if value is None or value is False or value == []:
-            continue
-        flag = f"--{key.replace('_', '-')}"
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, (list, tuple)):
-            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
-        else:
-            parts.append(f"{flag} {shlex.quote(str(value))}")
-    return " ".join(parts)
-
-
-def _ref_engine_args(config, family):
-    s = config["selfplay"]
-    options = dict(
-        backend=s["backend"],
-        max_turns=config["game"]["max_turns"],
-        prompt_format=config["game"]["prompt_format"],
-        max_length=s["max_length"],
-        dtype=s["dtype"],
-        trust_remote_code=config["base_model"]["trust_remote_code"],
-        device=family_device(config, family),
-    )
-    if s["backend"] == "vllm":
-        gpus = config["resources"][family]["gpus"]
-        options["tensor_parallel_size"] = s["tensor_parallel_size"] or max(gpus, 1)
-    else:
-        options.update(kv_reuse_gib=s["kv_reuse_gib"], batch_memory_gib=s["batch_memory_gib"])
-    return options
-
-
-def _ref_vllm_memory(config, model, opponent=None):
-    if config["selfplay"]["backend"] != "vllm":
-        return {}
-    return dict(gpu_memory_utilization=model, opponent_gpu_memory_utilization=opponent)
-
-
-def _ref_play_args(config):
-    s = config["selfplay"]
-    return _ref_cli_args(
-        **_ref_engine_args(config, "selfplay"),
-        **_ref_vllm_memory(config, s["gpu_memory_utilization"]),
-        max_new_tokens=s["max_new_tokens"],
-        temperature=s["temperature"],
-        top_k=s["top_k"],
-        top_p=s["top_p"],
-        batch_size=s["batch_size"],
-    )
-
-
-def _ref_eval_play_args(config):
-    e = config["evaluation"]
-    return _ref_cli_args(
-        **_ref_engine_args(config, "evaluate"),
-        **_ref_vllm_memory(
-            config, e["gpu_memory_utilization"], e["opponent_gpu_memory_utilization"]
-        ),
-        max_new_tokens=e["max_new_tokens"],
-        batch_size=e["batch_size"],
-        greedy=True,
-    )
-
-
-def _ref_is_folder_player(value):
-    return bool(value) and not value.startswith("openai:")
-
-
-def _ref_teacher_local(config):
-    t = config["data"]["teacher"]
-    return _ref_is_folder_player(t["model"]) or _ref_is_folder_player(t["partner"])
-
-
-def _ref_teacher_play_args(config, threads):
-    t = config["data"]["teacher"]
-    options = dict(
-        model=t["model"],
-        model_name="teacher",
-        max_new_tokens=t["max_new_tokens"],
-        temperature=t["temperature"],
-        top_p=t["top_p"],
-        top_k=t["top_k"],
-        greedy=t["temperature"] == 0,
-        max_turns=config["game"]["max_turns"],
-    )
-    if t["partner"]:
-        options.update(opponent=t["partner"], opponent_name="partner")
-        options["no_greedy"] = t["temperature"] > 0
-    else:
-        options["games_per_word"] = t["games_per_word"]
-    if _ref_teacher_local(config):
-        options.update(
-            _ref_engine_args(config, "selfplay"),
-            **_ref_vllm_memory(config, config["selfplay"]["gpu_memory_utilization"]),
-            batch_size=config["selfplay"]["batch_size"],
-        )
-    flags = _ref_cli_args(**options)
-    if _ref_teacher_local(config):
-        flags += f" --threads {threads}"
-    return flags
 
 
 # ---------------------------------------------------------------- configs
@@ -169,6 +59,130 @@ TEACHERS = {
 }
 
 
+# Teachers whose model or partner is a folder: played here, on the self-play engine.
+LOCAL_TEACHERS = {"folder", "folder-partner", "endpoint-folder-partner"}
+
+# ---------------------------------------------------------------- the expected flags
+# The command lines rules/common.smk gave `spag play` before the package gave the options
+# (self-play, evaluation, and the teacher's games with its `--threads 4`): every job's flags
+# must stay exactly these.
+PLAY_FLAGS = {
+    "default": (
+        "--backend hf --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cpu --kv-reuse-gib 2 --max-new-tokens 256 --temperature 1.2 --top-k 50 "
+        "--top-p 1.0 --batch-size 64"
+    ),
+    "hf-set": (
+        "--backend hf --max-turns 3 --prompt-format chat --max-length 2048 --dtype auto "
+        "--trust-remote-code --device cuda --kv-reuse-gib 0 --batch-memory-gib 1.5 "
+        "--max-new-tokens 256 --temperature 0.7 --top-k 50 --top-p 1.0 --batch-size 64"
+    ),
+    "vllm": (
+        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cuda --tensor-parallel-size 4 --gpu-memory-utilization 0.9 --max-new-tokens 256 "
+        "--temperature 1.2 --top-k 50 --top-p 1.0 --batch-size 64"
+    ),
+    "vllm-pinned": (
+        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cpu --tensor-parallel-size 2 --gpu-memory-utilization 0.8 --max-new-tokens 256 "
+        "--temperature 1.2 --top-k 50 --top-p 1.0 --batch-size 64"
+    ),
+}
+EVAL_PLAY_FLAGS = {
+    "default": (
+        "--backend hf --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cpu --kv-reuse-gib 2 --max-new-tokens 256 --batch-size 64 --greedy"
+    ),
+    "hf-set": (
+        "--backend hf --max-turns 3 --prompt-format chat --max-length 2048 --dtype auto "
+        "--trust-remote-code --device cpu --kv-reuse-gib 0 --batch-memory-gib 1.5 "
+        "--max-new-tokens 64 --batch-size 8 --greedy"
+    ),
+    "vllm": (
+        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cpu --tensor-parallel-size 1 --gpu-memory-utilization 0.45 "
+        "--opponent-gpu-memory-utilization 0.45 --max-new-tokens 256 --batch-size 64 --greedy"
+    ),
+    "vllm-pinned": (
+        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cuda --tensor-parallel-size 2 --gpu-memory-utilization 0.5 "
+        "--opponent-gpu-memory-utilization 0.3 --max-new-tokens 256 --batch-size 64 --greedy"
+    ),
+}
+TEACHER_FLAGS = {
+    ("default", "endpoint"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
+        "--games-per-word 1"
+    ),
+    ("default", "endpoint-folder-partner"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
+        "--opponent results/imitation_model --opponent-name partner --no-greedy --backend hf "
+        "--prompt-format raw --max-length 2048 --dtype auto --device cpu --kv-reuse-gib 2 "
+        "--batch-size 64 --threads 4"
+    ),
+    ("default", "endpoint-greedy"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
+        "--games-per-word 1"
+    ),
+    ("default", "endpoint-partner-greedy"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
+        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner"
+    ),
+    ("default", "folder"): (
+        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
+        "--top-p 1.0 --top-k 50 --max-turns 5 --games-per-word 3 --backend hf --prompt-format raw "
+        "--max-length 2048 --dtype auto --device cpu --kv-reuse-gib 2 --batch-size 64 --threads 4"
+    ),
+    ("default", "folder-partner"): (
+        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
+        "--top-p 1.0 --top-k 0 --max-turns 5 "
+        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner "
+        "--no-greedy --backend hf --prompt-format raw --max-length 2048 --dtype auto --device cpu "
+        "--kv-reuse-gib 2 --batch-size 64 --threads 4"
+    ),
+    ("vllm", "endpoint"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
+        "--games-per-word 1"
+    ),
+    ("vllm", "endpoint-folder-partner"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
+        "--opponent results/imitation_model --opponent-name partner --no-greedy --backend vllm "
+        "--prompt-format raw --max-length 2048 --dtype auto --device cuda "
+        "--tensor-parallel-size 4 --gpu-memory-utilization 0.9 --batch-size 64 --threads 4"
+    ),
+    ("vllm", "endpoint-greedy"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
+        "--games-per-word 1"
+    ),
+    ("vllm", "endpoint-partner-greedy"): (
+        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
+        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
+        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner"
+    ),
+    ("vllm", "folder"): (
+        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
+        "--top-p 1.0 --top-k 50 --max-turns 5 --games-per-word 3 --backend vllm "
+        "--prompt-format raw --max-length 2048 --dtype auto --device cuda "
+        "--tensor-parallel-size 4 --gpu-memory-utilization 0.9 --batch-size 64 --threads 4"
+    ),
+    ("vllm", "folder-partner"): (
+        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
+        "--top-p 1.0 --top-k 0 --max-turns 5 "
+        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner "
+        "--no-greedy --backend vllm --prompt-format raw --max-length 2048 --dtype auto "
+        "--device cuda --tensor-parallel-size 4 --gpu-memory-utilization 0.9 --batch-size 64 "
+        "--threads 4"
+    ),
+}
+
+
 def _config(name: str, teacher: str | None = None) -> dict:
     raw = dict(CONFIGS[name])
     if teacher is not None:
@@ -179,8 +193,8 @@ def _config(name: str, teacher: str | None = None) -> dict:
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_selfplay_and_evaluation_flags_are_the_rules_of_before(name):
     config = _config(name)
-    assert cli_flags(**selfplay_arguments(config)) == _ref_play_args(config)
-    assert cli_flags(**eval_play_arguments(config)) == _ref_eval_play_args(config)
+    assert cli_flags(**selfplay_arguments(config)) == PLAY_FLAGS[name]
+    assert cli_flags(**eval_play_arguments(config)) == EVAL_PLAY_FLAGS[name]
 
 
 @pytest.mark.parametrize("teacher", sorted(TEACHERS))
@@ -190,8 +204,8 @@ def test_teacher_flags_are_the_rules_of_before(name, teacher):
     flags = cli_flags(**teacher_play_arguments(config))
     if teacher_plays_locally(config):
         flags += " --threads 4"
-    assert teacher_plays_locally(config) == _ref_teacher_local(config)
-    assert flags == _ref_teacher_play_args(config, 4)
+    assert teacher_plays_locally(config) == (teacher in LOCAL_TEACHERS)
+    assert flags == TEACHER_FLAGS[name, teacher]
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

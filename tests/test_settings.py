@@ -13,7 +13,7 @@ import pytest
 
 import spag
 from spag.config import load_schema
-from spag.settings import SECTIONS, field_type
+from spag.settings import SECTIONS, cli_flags, field_type
 
 PACKAGE = Path(spag.__file__).parent
 
@@ -144,3 +144,22 @@ def test_list_settings_have_list_types():
             kind = field_type(cls, f)
             if isinstance(f.default, (list, tuple)):
                 assert getattr(kind, "__origin__", None) in (list, tuple), f.name
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"seed": None, "greedy": False, "tasks": []}, ""),
+        ({"trust_remote_code": True}, "--trust-remote-code"),
+        ({"tasks": ["a", "b c"]}, "--tasks a 'b c'"),
+        ({"top_p": 1.0, "model_name": "my model"}, "--top-p 1.0 --model-name 'my model'"),
+        (
+            {"model": "x?y=1", "limit": None, "greedy": True, "num_fewshot": 0},
+            "--model 'x?y=1' --greedy --num-fewshot 0",
+        ),
+    ],
+)
+def test_cli_flags_render_a_shell_command_line(options, expected):
+    # None, False and [] leave the flag out; True is a bare flag; a list is one flag then
+    # its values; values are shell-quoted; underscores become dashes.
+    assert cli_flags(**options) == expected

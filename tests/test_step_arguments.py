@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 
 import pytest
 
@@ -34,59 +33,45 @@ CHANGED = {
 }
 
 
-def _flags(**options) -> str:
-    # What the rules rendered before the steps declared their settings.
-    parts = []
-    for key, value in options.items():
-        if value is None or value is False or value == []:
-            continue
-        flag = f"--{key.replace('_', '-')}"
-        if value is True:
-            parts.append(flag)
-        elif isinstance(value, (list, tuple)):
-            parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
-        else:
-            parts.append(f"{flag} {shlex.quote(str(value))}")
-    return " ".join(parts)
+# What the rules rendered before the steps declared their settings.
+WORDS_FLAGS = {
+    "default": "--num-train 48 --num-test 16 --min-length 3 --max-length 12 --seed 42",
+    "changed": "--num-train 20 --num-test 5 --min-length 4 --max-length 9 --seed 7",
+}
+# The rule wrote `--decay-weight {params.decay}`.
+REWARDS_FLAGS = {"default": "--decay-weight 0.8", "changed": "--decay-weight 0.5"}
+REASONING_FLAGS = {
+    "default": (
+        "--tasks spag_tiny_reasoning --include-path data/lm_eval_tasks --batch-size 8 "
+        "--dtype auto --device cpu"
+    ),
+    "changed": (
+        "--tasks arc_easy 'my task' --limit 20 --num-fewshot 0 --batch-size 4 --dtype bfloat16 "
+        "--apply-chat-template --trust-remote-code --device cuda"
+    ),
+}
 
 
 @pytest.fixture(params=["default", "changed"])
-def config(request):
-    return validate_config({} if request.param == "default" else CHANGED)
+def name(request):
+    return request.param
 
 
-def test_target_words_flags(config):
-    w = config["words"]
-    expected = _flags(
-        num_train=w["num_train"],
-        num_test=w["num_test"],
-        min_length=w["min_length"],
-        max_length=w["max_length"],
-        seed=config["seed"],
-    )
-    assert cli_flags(**words_arguments(config)) == expected
+@pytest.fixture
+def config(name):
+    return validate_config({} if name == "default" else CHANGED)
 
 
-def test_assign_rewards_flags(config):
-    # The rule wrote `--decay-weight {params.decay}`.
-    expected = f"--decay-weight {config['rewards']['decay']}"
-    assert cli_flags(**rewards_arguments(config)) == expected
+def test_target_words_flags(name, config):
+    assert cli_flags(**words_arguments(config)) == WORDS_FLAGS[name]
 
 
-def test_eval_reasoning_flags(config):
-    r = config["evaluation"]["reasoning"]
-    expected = _flags(
-        tasks=r["tasks"],
-        include_path=r["include_path"],
-        limit=r["limit"],
-        num_fewshot=r["num_fewshot"],
-        batch_size=r["batch_size"],
-        dtype=r["dtype"],
-        apply_chat_template=config["game"]["prompt_format"] == "chat",
-        trust_remote_code=config["base_model"]["trust_remote_code"],
-        device="cuda" if config["resources"]["evaluate"]["gpus"] > 0 else "cpu",
-    )
-    assert cli_flags(**reasoning_arguments(config)) == expected
+def test_assign_rewards_flags(name, config):
+    assert cli_flags(**rewards_arguments(config)) == REWARDS_FLAGS[name]
+
+
+def test_eval_reasoning_flags(name, config):
+    assert cli_flags(**reasoning_arguments(config)) == REASONING_FLAGS[name]
 
 
 def test_decay_keeps_its_flag_name():
