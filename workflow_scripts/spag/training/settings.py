@@ -25,12 +25,14 @@ from spag.settings import config_options, opt, req, section
 from spag.tracking import DEFAULT_DIR as DEFAULT_TRACKING_DIR
 from spag.tracking import ENV_PROJECT, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
 
-# Which loss each pipeline stage trains with (docs/design.md section 4).
-STAGE_METHOD = {"imitation": "sft_kl", "spag": "offline_po"}
+# The two losses (docs/design.md section 4): the research code's SFTwithKL and OfflinePO.
+SFT_KL, OFFLINE_PO = "sft_kl", "offline_po"
+# Which loss each pipeline stage trains with.
+STAGE_METHOD = {"imitation": SFT_KL, "spag": OFFLINE_PO}
 # The paper's settings that differ between the two losses.
 METHOD_DEFAULTS: dict[str, dict[str, float]] = {
-    "sft_kl": {"learning_rate": 5e-6, "kl_coeff": 0.1},
-    "offline_po": {"learning_rate": 2e-6, "kl_coeff": 0.2},
+    SFT_KL: {"learning_rate": 5e-6, "kl_coeff": 0.1},
+    OFFLINE_PO: {"learning_rate": 2e-6, "kl_coeff": 0.2},
 }
 # Settings that must be at least 1.
 POSITIVE = ("per_device_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps")
@@ -163,7 +165,7 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
     method = STAGE_METHOD[stage]
     options: dict[str, Any] = {"method": method}
     for key, value in config_options(StageSettings, config[stage]).items():
-        if key in ("sft_coeff", "clip_eps") and method != "offline_po":
+        if key in ("sft_coeff", "clip_eps") and method != OFFLINE_PO:
             continue
         options[key] = value
     # The run-wide keys (fields with a ``key``); every other field is absent from {}.

@@ -23,6 +23,7 @@ from spag.training.collate import LengthGroupedSampler
 from spag.training.losses import offline_po_loss, sft_with_kl_loss
 from spag.training.packing import packed_sequence_logprobs
 from spag.training.scoring import model_sequence_logprobs
+from spag.training.settings import OFFLINE_PO, SFT_KL
 
 # Per-sample columns the loss reads in float32 whatever the model's dtype: under
 # DeepSpeed the Trainer casts every floating input to the engine's dtype, and a
@@ -70,7 +71,7 @@ class SpagTrainer(Trainer):
             return super()._get_train_sampler(dataset)
         lengths = self.lengths if self.lengths is not None else dataset.lengths
         is_sft = None
-        if self.args.method == "offline_po":
+        if self.args.method == OFFLINE_PO:
             # OfflinePO divides each term by its count in the micro-batch: batches must keep
             # the SFT/game mix of random batches, so lengths are grouped within each type.
             is_sft = dataset.is_sft
@@ -100,7 +101,7 @@ class SpagTrainer(Trainer):
         lp = self.policy_logprobs(model, inputs).float()
         ref = inputs["ref_logprob"].float()
         weight = inputs["weight"].float()
-        if self.args.method == "sft_kl":
+        if self.args.method == SFT_KL:
             loss, stats = sft_with_kl_loss(lp, ref, weight, self.args.kl_coeff)
             # Counted for the log only: imitation treats every row alike.
             is_sft = inputs["is_sft"].bool()
