@@ -63,9 +63,9 @@ TEACHERS = {
 LOCAL_TEACHERS = {"folder", "folder-partner", "endpoint-folder-partner"}
 
 # ---------------------------------------------------------------- the expected flags
-# The command lines rules/common.smk gave `spag play` before the package gave the options
-# (self-play, evaluation, and the teacher's games with its `--threads 4`): every job's flags
-# must stay exactly these.
+# The command lines the rules give `spag play` (self-play, evaluation, and the teacher's
+# games with its `--threads 4`), as they were when the rules built them themselves:
+# every job's flags must stay exactly these.
 PLAY_FLAGS = {
     "default": (
         "--backend hf --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "

@@ -37,14 +37,8 @@ def _parse(argv: list[str]) -> TrainConfig:
 
 
 def _cli_args(options: dict) -> list[str]:
-    # The rules render options the same way (rules/common.smk: cli_args).
-    out = []
-    for key, value in options.items():
-        if value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        out += [flag] if value is True else [flag, str(value)]
-    return out
+    # As the rules render them (rules/resources.smk).
+    return shlex.split(cli_flags(**options))
 
 
 def test_schema_lists_the_stage_settings_with_the_same_defaults():
