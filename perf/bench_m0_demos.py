@@ -13,8 +13,13 @@ Choices:
   ``data.teacher.model: results/base_model``), sampled under its chat template,
   several games per word; M0 imitates the winner of every decisive game.
 
+Each choice's games are kept in ``<results>/<choice>.json``, and the README is written
+from every choice measured so far, so one choice can be measured again alone. A choice
+whose run fails (e.g. teacher games that no defender won, refused naming
+``data.teacher``) is reported with the error that stopped it.
+
 Usage: python perf/bench_m0_demos.py [--choices shipped self-teacher]
-           [--results perf/results/smollm2-m0-demos] [--workroot DIR]
+           [--results perf/results/smollm2-m0-demos] [--workroot DIR] [--report-only]
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import json
 import os
 import platform
 import sys
@@ -34,8 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "perf"))
 
-from bench_workflow import seconds_table, timed  # noqa: E402
-from workflow_utils import make_workdir  # noqa: E402
+import time  # noqa: E402
+
+from bench_workflow import seconds_table  # noqa: E402
+from workflow_utils import make_workdir, snakemake  # noqa: E402
 
 CHOICES: dict[str, dict] = {
     "shipped": {},
@@ -88,8 +96,47 @@ def paired_line(label: str, rows: dict, role: str) -> str:
     return f"| {label} | {role} | " + " | ".join(cells) + f" | {r['pairs']} |"
 
 
-def main() -> None:
+def _error_lines(stderr: str) -> str:
+    """The lines of a failed run that say why (a step's error, Snakemake's own)."""
+    keep = [
+        line.strip()
+        for line in stderr.splitlines()
+        if "error" in line.lower() and "Error in rule" not in line
+    ]
+    return "\n".join(dict.fromkeys(keep)) or stderr.strip()[-2000:]
+
+
+def measure(name: str, root: Path, overlay: dict) -> dict:
+    """One choice from nothing: its M0's and the base model's games, or why it failed."""
     from spag.evaluation.games import judged_games
+
+    wd = make_workdir(root / name, _merge(overlay, CHOICES[name]))
+    t0 = time.perf_counter()
+    res = snakemake(wd, *TARGETS, timeout=3 * 3600)
+    secs = time.perf_counter() - t0
+    run: dict = dict(
+        choice=name,
+        overlay=CHOICES[name],
+        measured=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        load=os.getloadavg()[0],
+        secs=secs,
+        ok=res.returncode == 0,
+    )
+    outcomes = wd / "results" / "teacher" / "outcomes.tsv"
+    run["teacher_outcomes"] = outcomes.read_text().strip() if outcomes.exists() else None
+    if res.returncode != 0:
+        run["error"] = _error_lines(res.stderr)
+        print(f"{name}: failed after {secs / 60:.1f} min in {wd}:\n{run['error']}", flush=True)
+        return run
+    print(f"{name}: {secs / 60:.1f} min in {wd}", flush=True)
+    keep = ("word", "role", "outcome")
+    run["m0"] = [{k: g[k] for k in keep} for g in judged_games(wd / TARGETS[0])[0]]
+    run["base"] = [{k: g[k] for k in keep} for g in judged_games(wd / TARGETS[1])[0]]
+    run["seconds_table"] = seconds_table(wd)
+    return run
+
+
+def main() -> None:
     from spag.evaluation.paired import paired_rows
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -97,30 +144,31 @@ def main() -> None:
     ap.add_argument("--choices", nargs="+", default=list(CHOICES), choices=list(CHOICES))
     ap.add_argument("--results", default=str(REPO / "perf" / "results" / "smollm2-m0-demos"))
     ap.add_argument("--workroot", default=None, help="folder of the runs (default: temporary)")
+    ap.add_argument(
+        "--report-only", action="store_true", help="write the README from the saved choices"
+    )
     args = ap.parse_args()
     overlay = yaml.safe_load(Path(args.config).read_text())
     overlay = _merge(overlay, {"evaluation": {"opponent": "base"}})
     root = Path(args.workroot or tempfile.mkdtemp(prefix="spag-m0-"))
-    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    load = os.getloadavg()[0]
+    out = Path(args.results)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in [] if args.report_only else args.choices:
+        run = measure(name, root, overlay)
+        (out / f"{name}.json").write_text(json.dumps(run, indent=1) + "\n")
     runs = {}
-    for name in args.choices:
-        wd = make_workdir(root / name, _merge(overlay, CHOICES[name]))
-        secs, cpu, _ = timed(wd, *TARGETS, timeout=3 * 3600)
-        print(f"{name}: {secs / 60:.1f} min in {wd}", flush=True)
-        runs[name] = dict(
-            wd=wd,
-            secs=secs,
-            m0=judged_games(wd / TARGETS[0])[0],
-            base=judged_games(wd / TARGETS[1])[0],
-        )
+    for name in CHOICES:
+        saved = out / f"{name}.json"
+        if saved.exists():
+            runs[name] = json.loads(saved.read_text())
+    done = {n: r for n, r in runs.items() if r["ok"]}
     lines = [
         "# Demonstrations for SmolLM2-135M's M0",
         "",
-        f"Started {started}; machine: {platform.machine()}, {os.cpu_count()} cores; load "
-        f"average at the start {load:.1f}. Command: `python perf/bench_m0_demos.py` "
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores. Command: "
+        f"`python perf/bench_m0_demos.py --choices {' '.join(CHOICES)}` "
         f"(configs/{Path(args.config).name}, `evaluation.opponent: base`; targets "
-        f"{', '.join(TARGETS)}).",
+        f"{', '.join(TARGETS)}); each choice's date and load below.",
         "",
         "Evaluation games: greedy, on the held-out words, each word once per role, against "
         "the base model under the chat template. Counts with 95% Wilson intervals. "
@@ -130,22 +178,23 @@ def main() -> None:
         "| M0 from | role | broke rules | decisive | wins | ties |",
         "|---|---|---|---|---|---|",
     ]
-    for name, run in runs.items():
+    for name, run in done.items():
         for role in ("attacker", "defender", "all"):
             lines.append(rates_line(name, run["m0"], role))
-    first = next(iter(runs.values()))
-    lines += [
-        "",
-        "The opponent's own games (the base model against itself, same words):",
-        "",
-        "| model | role | broke rules | decisive | wins | ties |",
-        "|---|---|---|---|---|---|",
-        *(rates_line("base", first["base"], role) for role in ("attacker", "defender", "all")),
-    ]
-    names = list(runs)
+    if done:
+        first = next(iter(done.values()))
+        lines += [
+            "",
+            "The opponent's own games (the base model against itself, same words):",
+            "",
+            "| model | role | broke rules | decisive | wins | ties |",
+            "|---|---|---|---|---|---|",
+            *(rates_line("base", first["base"], role) for role in ("attacker", "defender", "all")),
+        ]
+    names = list(done)
     if len(names) > 1:
         a, b = names[1], names[0]
-        rows = paired_rows(runs[a]["m0"], runs[b]["m0"], names=(a, b))
+        rows = paired_rows(done[a]["m0"], done[b]["m0"], names=(a, b))
         lines += [
             "",
             f"Paired, M0 from {a} minus M0 from {b} on the same words and roles "
@@ -156,13 +205,21 @@ def main() -> None:
             *(paired_line(f"{a} - {b}", rows, role) for role in ("attacker", "defender", "all")),
         ]
     for name, run in runs.items():
-        lines += ["", f"## `{name}`: {run['secs'] / 60:.1f} min wall from nothing", ""]
-        outcomes = run["wd"] / "results" / "teacher" / "outcomes.tsv"
-        if outcomes.exists():
-            lines += ["Teacher games (judged):", "", "```", outcomes.read_text().strip(), "```", ""]
-        lines += seconds_table(run["wd"])
-    out = Path(args.results)
-    out.mkdir(parents=True, exist_ok=True)
+        state = "" if run["ok"] else ", **failed**"
+        lines += [
+            "",
+            f"## `{name}`: {run['secs'] / 60:.1f} min wall from nothing{state}",
+            "",
+            f"Measured {run['measured']}, load average at the start {run['load']:.1f}; "
+            f"config overlay: `{json.dumps(run['overlay'])}`.",
+            "",
+        ]
+        if run["teacher_outcomes"]:
+            lines += ["Teacher games (judged):", "", "```", run["teacher_outcomes"], "```", ""]
+        if not run["ok"]:
+            lines += ["Stopped by:", "", "```", run["error"], "```", ""]
+        else:
+            lines += run["seconds_table"]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/README.md")
 
