@@ -106,19 +106,28 @@ def _error_lines(stderr: str) -> str:
     return "\n".join(dict.fromkeys(keep)) or stderr.strip()[-2000:]
 
 
+def _load(run: dict) -> str:
+    start = run.get("load_start")
+    shown = f"{start:.1f} at the start, " if start is not None else "not recorded at the start, "
+    return shown + f"{run['load_end']:.1f} at the end"
+
+
 def measure(name: str, root: Path, overlay: dict) -> dict:
     """One choice from nothing: its M0's and the base model's games, or why it failed."""
     from spag.evaluation.games import judged_games
 
     wd = make_workdir(root / name, _merge(overlay, CHOICES[name]))
+    started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     res = snakemake(wd, *TARGETS, timeout=3 * 3600)
     secs = time.perf_counter() - t0
     run: dict = dict(
         choice=name,
         overlay=CHOICES[name],
-        measured=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        load=os.getloadavg()[0],
+        started=started,
+        load_start=load,
+        load_end=os.getloadavg()[0],
         secs=secs,
         ok=res.returncode == 0,
     )
@@ -191,6 +200,21 @@ def main() -> None:
             "|---|---|---|---|---|---|",
             *(rates_line("base", first["base"], role) for role in ("attacker", "defender", "all")),
         ]
+    for name, run in done.items():
+        rows = paired_rows(run["m0"], run["base"], names=("M0", "base"))
+        lines += [
+            "",
+            f"Paired, M0 from {name} minus the base model on the same words and roles "
+            "(95% bootstrap interval over words, exact McNemar p; read an effect only where "
+            "the interval excludes 0 and p < 0.05):",
+            "",
+            "| difference | role | broke rules | decisive | wins | pairs |",
+            "|---|---|---|---|---|---|",
+            *(
+                paired_line(f"M0 ({name}) - base", rows, role)
+                for role in ("attacker", "defender", "all")
+            ),
+        ]
     names = list(done)
     if len(names) > 1:
         a, b = names[1], names[0]
@@ -210,7 +234,7 @@ def main() -> None:
             "",
             f"## `{name}`: {run['secs'] / 60:.1f} min wall from nothing{state}",
             "",
-            f"Measured {run['measured']}, load average at the start {run['load']:.1f}; "
+            f"Started {run['started']}; load average {_load(run)}; "
             f"config overlay: `{json.dumps(run['overlay'])}`.",
             "",
         ]
