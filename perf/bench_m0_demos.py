@@ -9,6 +9,8 @@ the paired difference between the choices' M0s on the same words.
 
 Choices:
 - ``shipped``: the shipped demonstration games (``data/demo_games.json``);
+- ``shipped-gentle``: the shipped games, imitated more gently (``imitation.learning_rate``
+  1e-5 and one pass, instead of the config's 5e-5 and two passes);
 - ``self-teacher``: the base model is its own teacher (``data.imitation: teacher``,
   ``data.teacher.model: results/base_model``), sampled under its chat template,
   several games per word; M0 imitates the winner of every decisive game.
@@ -47,6 +49,7 @@ from workflow_utils import make_workdir, snakemake  # noqa: E402
 
 CHOICES: dict[str, dict] = {
     "shipped": {},
+    "shipped-gentle": {"imitation": {"learning_rate": 1.0e-5, "num_train_epochs": 1}},
     "self-teacher": {
         "data": {
             "imitation": "teacher",
