@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from spag.evaluation.reasoning import ReasoningSettings
+from spag.models.settings import ModelLoading
 from spag.settings import add_arguments as add_setting_arguments
 from spag.settings import from_arguments, opt, req
 
@@ -32,7 +33,7 @@ class EvalReasoningConfig(ReasoningSettings):
         None, "folder of local lm-eval task YAML files (e.g. data/lm_eval_tasks)"
     )
     device: str = opt(
-        "auto",
+        ModelLoading.device,
         "cuda (stop at once without working CUDA), cpu, auto (CUDA where it works), "
         "or a torch device such as cuda:1",
     )
@@ -40,7 +41,9 @@ class EvalReasoningConfig(ReasoningSettings):
     apply_chat_template: bool = opt(
         False, "render benchmark prompts with the tokenizer's chat template (prompt_format chat)"
     )
-    trust_remote_code: bool = opt(False, "allow model code from the model folder (off by default)")
+    trust_remote_code: bool = opt(
+        ModelLoading.trust_remote_code, "allow model code from the model folder (off by default)"
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

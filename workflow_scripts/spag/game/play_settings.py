@@ -24,6 +24,7 @@ from spag.generation.settings import (
     SelfplaySettings,
 )
 from spag.models.rendering import PROMPT_FORMATS
+from spag.models.settings import ModelLoading
 from spag.settings import opt, req
 
 _PLAYER = (
@@ -98,7 +99,9 @@ class PlayConfig:
     dtype: str = opt(
         SelfplaySettings.dtype, "model dtype (float32 on CPU for auto)", choices=DTYPES
     )
-    trust_remote_code: bool = opt(False, "allow model code from the model folder (off by default)")
+    trust_remote_code: bool = opt(
+        ModelLoading.trust_remote_code, "allow model code from the model folder (off by default)"
+    )
     model_name: str | None = opt(None, "name recorded in the episodes (default: the folder name)")
     opponent_name: str | None = opt(
         None, "opponent name recorded in the episodes (default: the folder name)"
@@ -107,7 +110,7 @@ class PlayConfig:
         None, "torch CPU threads (default: torch's choice; set it to the job's cores)"
     )
     device: str = opt(
-        "auto",
+        ModelLoading.device,
         "cuda: stop at once without working CUDA; cpu; auto: CUDA where it works",
         choices=DEVICES,
     )

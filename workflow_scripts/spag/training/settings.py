@@ -21,6 +21,7 @@ from spag.device import DEVICES, family_device
 from spag.errors import SpagInputError
 from spag.game.settings import GameSettings
 from spag.models.rendering import PROMPT_FORMATS
+from spag.models.settings import ModelLoading
 from spag.settings import config_options, opt, req, section
 from spag.tracking import DEFAULT_DIR as DEFAULT_TRACKING_DIR
 from spag.tracking import ENV_PROJECT, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
@@ -93,12 +94,16 @@ class TrainConfig(StageSettings):
         key=("game", "prompt_format"),
     )
     trust_remote_code: bool = opt(
-        False, "let transformers run the model's own code", key=("base_model", "trust_remote_code")
+        ModelLoading.trust_remote_code,
+        "let transformers run the model's own code",
+        key=("base_model", "trust_remote_code"),
     )
     save_total_limit: int = opt(2, "trainer checkpoints kept")
     keep_checkpoints: bool = opt(False, "keep trainer checkpoints after the model is written")
     device: str = opt(
-        "auto", "cuda (stop at once without working CUDA), cpu, or auto", choices=DEVICES
+        ModelLoading.device,
+        "cuda (stop at once without working CUDA), cpu, or auto",
+        choices=DEVICES,
     )
     # Trackers (config `tracking`, spag.tracking): not part of what a checkpoint belongs
     # to. The workflow sets them through the environment variables named by `env`.
