@@ -5,8 +5,9 @@ the workflow (goal: 60 minutes or less on a 2-core CPU), then ``snakemake all`` 
 summary tables and plots, and copies those under ``--results`` with a Markdown record
 (command, date, load, seconds per step, outcome and evaluation tables).
 
-Usage: python perf/bench_real_model.py [--config configs/smollm2-135m.yaml]
-           [--workdir DIR] [--results perf/results/smollm2]
+Usage: python perf/bench_real_model.py [--config configs/smollm2-135m.yaml] [--seed S]
+           [--workdir DIR] [--results perf/results/smollm2/seedS]
+       python perf/bench_real_model.py --combine 42=DIR 43=DIR [--results DIR]
 """
 
 from __future__ import annotations
@@ -32,6 +33,40 @@ from bench_workflow import seconds_table, timed  # noqa: E402
 from workflow_utils import job_counts, make_workdir  # noqa: E402
 
 
+def timeline(workdir: Path) -> list[str]:
+    """Markdown lines: every job's start and end (minutes from the first job's start;
+    end: its benchmark file written, start: that minus the job's wall seconds), and
+    the minutes a training job waited after its inputs were ready (both cores needed,
+    one held by another job)."""
+    results = workdir / "results"
+    jobs = []
+    for tsv in sorted((results / "benchmarks").rglob("*.tsv")):
+        rows = tsv.read_text().splitlines()
+        if len(rows) < 2:
+            continue
+        wall = float(rows[1].split("\t")[0])
+        end = tsv.stat().st_mtime
+        jobs.append((end - wall, end, str(tsv.relative_to(results / "benchmarks"))))
+    t0 = min(start for start, _, _ in jobs)
+    lines = [
+        "Job timeline (minutes from the first job's start):",
+        "",
+        "| job | start | end | waited for a free core |",
+        "|---|---:|---:|---:|",
+    ]
+    ends = {name: end for _, end, name in jobs}
+    # A training job's inputs are ready when its scoring job ends.
+    ready_after = {"imitation/train.tsv": "imitation/score.tsv"}
+    ready_after.update({f"epoch{e}/train.tsv": f"epoch{e}/score_ref.tsv" for e in range(1, 99)})
+    for start, end, name in sorted(jobs):
+        before = ready_after.get(name)
+        waited = f"{(start - ends[before]) / 60:.1f}" if before in ends else ""
+        lines.append(
+            f"| {name[:-4]} | {(start - t0) / 60:.1f} | {(end - t0) / 60:.1f} | {waited} |"
+        )
+    return lines
+
+
 def _tsv_as_markdown(path: Path, columns: list[str] | None = None) -> list[str]:
     rows = [line.split("\t") for line in path.read_text().splitlines() if line]
     header, body = rows[0], rows[1:]
@@ -48,47 +83,184 @@ def _rate(k: int, n: int) -> str:
     return f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]" if n else "n/a"
 
 
-def learning_table(results: Path) -> list[str]:
-    """By model: its own self-play (the games of the next epoch: rule breaks, decisive
-    games), its wins against M0 per role (95% Wilson intervals), its reasoning score."""
+def _rows(path: Path) -> list[dict]:
     import csv
 
-    def rows(path: Path) -> list[dict]:
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f, delimiter="\t"))
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
 
-    games = {(r["model"], r["role"]): r for r in rows(results / "summary" / "eval_games.tsv")}
+
+def _decisive(row: dict) -> int:
+    """Games won by either side by play: neither a rule break nor a tie."""
+    return int(row["games"]) - int(row["ties"]) - int(row["broke_rules"])
+
+
+def _models(games: dict) -> list[str]:
+    models = [m for m in ("base", "imitation") if (m, "attacker") in games]
+    return models + sorted({m for m, _ in games if m.startswith("epoch")}, key=lambda m: int(m[5:]))
+
+
+def _label(model: str) -> str:
+    return {"base": "base", "imitation": "M0"}.get(model, f"M{model[5:]}")
+
+
+def _opponent(games: dict) -> str:
+    names = {r["opponent"] for r in games.values()} - {"opponent"}
+    return ", ".join(sorted(names)) or "the opponent"
+
+
+def learning_table(results: Path) -> list[str]:
+    """By model: its own self-play (the games of the next epoch: rule breaks, decisive
+    games), its evaluation games against the fixed opponent per role (95% Wilson
+    intervals), its reasoning score. ``results``: a folder with the run's summary
+    tables (``eval_games.tsv``, ``epochs.tsv``, ``reasoning.tsv``)."""
+    games = {(r["model"], r["role"]): r for r in _rows(results / "eval_games.tsv")}
     reasoning = {
-        r["model"]: r
-        for r in rows(results / "summary" / "reasoning.tsv")
-        if r["task"] != "geometric_mean"
+        r["model"]: r for r in _rows(results / "reasoning.tsv") if r["task"] != "geometric_mean"
     }
-    epochs = {r["epoch"]: r for r in rows(results / "summary" / "epochs.tsv")}
+    epochs = {r["epoch"]: r for r in _rows(results / "epochs.tsv")}
     out = [
         "| model | its self-play: attacker broke rules | its self-play: decisive | "
-        "vs M0, as attacker: wins | as attacker: broke rules | as defender: wins | "
-        "reasoning (acc ± 1.96 s.e.) |",
-        "|---|---|---|---|---|---|---|",
+        "as attacker: broke rules | as attacker: decisive | as attacker: wins | "
+        "as defender: decisive | as defender: wins | reasoning (acc ± 1.96 s.e.) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    models = [m for m in ("base", "imitation") if (m, "attacker") in games]
-    models += sorted({m for m, _ in games if m.startswith("epoch")}, key=lambda m: int(m[5:]))
-    for m in models:
-        e = m[5:] if m.startswith("epoch") else None
+    for m in _models(games):
         # M(k) plays itself in epoch k + 1; the base model never plays itself.
-        k = {"base": None, "imitation": 0}.get(m, None if e is None else int(e))
+        k = None if m == "base" else 0 if m == "imitation" else int(m[5:])
         sp = epochs.get(str(k + 1)) if k is not None else None
         n = int(sp["selfplay_games"]) if sp else 0
         broke = _rate(int(sp["attacker_broke_rules"]), n) if sp else "-"
         decisive = _rate(int(sp["decisive_games"]), n) if sp else "-"
-        wins = [_rate(int(games[m, r]["wins"]), int(games[m, r]["games"])) for r in ROLES]
-        att = games[m, "attacker"]
-        own_breaks = _rate(int(att["broke_rules"]), int(att["games"]))
+        att, dfd = games[m, "attacker"], games[m, "defender"]
+        cells = [
+            _rate(int(att["broke_rules"]), int(att["games"])),
+            _rate(_decisive(att), int(att["games"])),
+            _rate(int(att["wins"]), int(att["games"])),
+            _rate(_decisive(dfd), int(dfd["games"])),
+            _rate(int(dfd["wins"]), int(dfd["games"])),
+        ]
         r = reasoning.get(m)
         score = f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-"
-        label = {"base": "base", "imitation": "M0"}.get(m, f"M{e}")
-        out.append(
-            f"| {label} | {broke} | {decisive} | {wins[0]} | {own_breaks} | {wins[1]} | {score} |"
-        )
+        out.append(f"| {_label(m)} | {broke} | {decisive} | {' | '.join(cells)} | {score} |")
+    return out
+
+
+PAIRED_METRICS = {"broke_rules": "broke rules", "decisive": "decisive", "win": "wins"}
+
+
+def _diff(row: dict, metric: str) -> tuple[float, float, float, float] | None:
+    if not row.get(f"{metric}_diff"):
+        return None
+    return tuple(float(row[f"{metric}_diff{s}"]) for s in ("", "_lo", "_hi", "_p"))
+
+
+def _diff_cell(d: tuple[float, float, float, float] | None) -> str:
+    if d is None:
+        return "-"
+    x, lo, hi, p = d
+    return f"{x:+.2f} [{lo:+.2f}, {hi:+.2f}], p={p:.2g}"
+
+
+def _effect(d: tuple[float, float, float, float] | None) -> int:
+    """+1 / -1: the paired interval excludes zero on that side and McNemar's p < 0.05;
+    0: no effect resolved."""
+    if d is None:
+        return 0
+    x, lo, hi, p = d
+    if p < 0.05 and (lo > 0 or hi < 0):
+        return 1 if x > 0 else -1
+    return 0
+
+
+def paired_table(results: Path) -> list[str]:
+    """Each model minus M0 on the same words and roles (the paired columns of
+    ``eval_games.tsv``)."""
+    games = {(r["model"], r["role"]): r for r in _rows(results / "eval_games.tsv")}
+    out = [
+        "| difference | role | " + " | ".join(PAIRED_METRICS.values()) + " | pairs |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in _models(games):
+        for role in ("attacker", "defender", "all"):
+            row = games.get((m, role))
+            if row is None or not row.get("pairs"):
+                continue
+            cells = [_diff_cell(_diff(row, k)) for k in PAIRED_METRICS]
+            out.append(f"| {_label(m)} - M0 | {role} | {' | '.join(cells)} | {row['pairs']} |")
+    return out
+
+
+def seeds_table(runs: dict[str, Path]) -> list[str]:
+    """Each seed's paired difference from M0 side by side, and what both seeds agree
+    on: an effect is stated only where, in every seed, the paired interval excludes
+    zero on the same side and McNemar's p < 0.05."""
+    tables = {
+        seed: {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
+        for seed, d in runs.items()
+    }
+    seeds = list(runs)
+    models = [m for m in _models(next(iter(tables.values()))) if m != "imitation"]
+    out = [
+        "| difference | role | metric | "
+        + " | ".join(f"seed {s}" for s in seeds)
+        + " | spread | both seeds |",
+        "|---|---|---|" + "---|" * len(seeds) + "---|---|",
+    ]
+    for m in models:
+        for role in ("attacker", "defender", "all"):
+            for key, name in PAIRED_METRICS.items():
+                ds = [_diff(tables[s].get((m, role), {}), key) for s in seeds]
+                if all(d is None for d in ds):
+                    continue
+                values = [d[0] for d in ds if d is not None]
+                spread = f"{max(values) - min(values):.2f}" if len(values) > 1 else "-"
+                effects = {_effect(d) for d in ds}
+                verdict = (
+                    {1: "higher", -1: "lower"}[effects.pop()]
+                    if len(effects) == 1 and 0 not in effects
+                    else "not resolved"
+                )
+                out.append(
+                    f"| {_label(m)} - M0 | {role} | {name} | "
+                    + " | ".join(_diff_cell(d) for d in ds)
+                    + f" | {spread} | {verdict} |"
+                )
+    return out
+
+
+def rates_by_seed(runs: dict[str, Path]) -> list[str]:
+    """Each model's own rates against the fixed opponent, one column per seed."""
+    tables = {
+        seed: {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
+        for seed, d in runs.items()
+    }
+    reasoning = {
+        seed: {r["model"]: r for r in _rows(d / "reasoning.tsv") if r["task"] != "geometric_mean"}
+        for seed, d in runs.items()
+    }
+    seeds = list(runs)
+    cols = [
+        ("attacker", "broke rules", lambda r: int(r["broke_rules"])),
+        ("attacker", "decisive", _decisive),
+        ("attacker", "wins", lambda r: int(r["wins"])),
+        ("defender", "decisive", _decisive),
+        ("defender", "wins", lambda r: int(r["wins"])),
+    ]
+    head = [f"{role}: {name}" for role, name, _ in cols] + ["reasoning (acc)"]
+    out = [
+        "| model | seed | " + " | ".join(head) + " |",
+        "|---|---|" + "---|" * len(head),
+    ]
+    for m in _models(next(iter(tables.values()))):
+        for s in seeds:
+            t = tables[s]
+            if (m, "attacker") not in t:
+                continue
+            cells = [_rate(f(t[m, role]), int(t[m, role]["games"])) for role, _, f in cols]
+            r = reasoning[s].get(m)
+            cells.append(f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-")
+            out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -97,16 +269,30 @@ def main() -> None:
     ap.add_argument("--config", default=str(REPO / "configs" / "smollm2-135m.yaml"))
     ap.add_argument("--workdir", default=None, help="run folder (default: a new temporary one)")
     ap.add_argument("--results", default=str(REPO / "perf" / "results" / "smollm2"))
+    ap.add_argument("--seed", type=int, default=None, help="override the config's seed")
     ap.add_argument(
         "--learning-only",
         action="store_true",
-        help="only (re)write learning.md from the finished run in --workdir",
+        help="only (re)write learning.md from the tables already copied to --results",
+    )
+    ap.add_argument(
+        "--combine",
+        nargs="+",
+        metavar="SEED=DIR",
+        help="only write --results/README.md from finished seeds' result folders "
+        "(each seed side by side, and what every seed agrees on)",
     )
     args = ap.parse_args()
+    if args.combine:
+        runs = dict(item.split("=", 1) for item in args.combine)
+        write_seeds(Path(args.results), {s: Path(d) for s, d in runs.items()})
+        return
     if args.learning_only:
-        write_learning(Path(args.workdir), Path(args.results), Path(args.config).name)
+        write_learning(Path(args.results), Path(args.config).name)
         return
     overlay = yaml.safe_load(Path(args.config).read_text())
+    if args.seed is not None:
+        overlay["seed"] = args.seed
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="spag-real-"))
     if workdir.exists() and any(workdir.glob("results/*")):
         sys.exit(f"{workdir}: holds an earlier run; the benchmark starts from nothing")
@@ -127,12 +313,14 @@ def main() -> None:
     for e in range(1, overlay.get("epochs", 3) + 1):
         shutil.copy(wd / f"results/epoch{e}/outcomes.tsv", out / f"outcomes_epoch{e}.tsv")
     name = Path(args.config).name
+    seed_flag = f" --seed {args.seed}" if args.seed is not None else ""
     lines = [
         f"# `{name}` from nothing",
         "",
         f"Started {started}; machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; load average at the start {load:.1f}.",
-        f"Command: `python perf/bench_real_model.py --config configs/{name}`, which runs "
+        f"Command: `python perf/bench_real_model.py --config configs/{name}{seed_flag}`, "
+        "which runs "
         f"`snakemake spag_epoch3 --configfile configs/{name}` in a fresh copy of the workflow.",
         "",
         f"**spag_epoch3: {secs / 60:.1f} min wall** ({jobs} jobs, {cpu / 60:.1f} min CPU over "
@@ -140,8 +328,10 @@ def main() -> None:
         f"{secs_all:.0f} s.",
         "",
         *seconds_table(wd),
+        "",
+        *timeline(wd),
     ]
-    lines += ["", "## Evaluation games against M0 (95% Wilson intervals)", ""]
+    lines += ["", "## Evaluation games (95% Wilson intervals)", ""]
     cols = ["model", "role", "games", "win_rate", "win_rate_lo", "win_rate_hi"]
     cols += ["tie_rate", "broke_rules_rate", "broke_rules_rate_lo", "broke_rules_rate_hi"]
     lines += _tsv_as_markdown(out / "eval_games.tsv", cols)
@@ -151,21 +341,57 @@ def main() -> None:
     lines += ["## Reasoning", ""] + _tsv_as_markdown(out / "reasoning.tsv") + [""]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/README.md")
-    write_learning(wd, out, name)
+    write_learning(out, name)
 
 
-def write_learning(workdir: Path, out: Path, config_name: str) -> None:
-    """learning.md: the learning-signal table of the finished run in ``workdir``."""
+def write_learning(out: Path, config_name: str) -> None:
+    """learning.md: the learning-signal tables of the run whose summary tables are in
+    ``out``."""
+    games = {(r["model"], r["role"]): r for r in _rows(out / "eval_games.tsv")}
     lines = [
         f"# Learning signal of `{config_name}`",
         "",
-        f"From the run's `results/summary/` tables ({workdir}); counts with 95% Wilson "
-        "intervals. Evaluation games are greedy, against M0, on the held-out words.",
+        "From the run's `results/summary/` tables (copied here); counts with 95% Wilson "
+        f"intervals. Evaluation games are greedy, against {_opponent(games)}, on the "
+        "held-out words, each word once per role.",
         "",
-        *learning_table(workdir / "results"),
+        *learning_table(out),
+        "",
+        "Paired: each model minus M0 on the same words and roles (95% bootstrap "
+        "interval over words, exact McNemar p):",
+        "",
+        *paired_table(out),
     ]
     (out / "learning.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/learning.md")
+
+
+def write_seeds(out: Path, runs: dict[str, Path]) -> None:
+    """README.md of several seeds' runs: each seed's rates and paired differences from
+    its own M0 side by side, and the effects every seed agrees on."""
+    seeds = " ".join(f"{s}={d}" for s, d in runs.items())
+    lines = [
+        "# SmolLM2-135M, several seeds",
+        "",
+        f"Command: `python perf/bench_real_model.py --combine {seeds}` after one "
+        "`python perf/bench_real_model.py --seed S --results DIR` per seed (each folder's "
+        "README.md: its command, date, load and seconds per step).",
+        "",
+        "Each model's evaluation games (greedy, held-out words, each word once per role, "
+        "against the fixed opponent; 95% Wilson intervals):",
+        "",
+        *rates_by_seed(runs),
+        "",
+        "Each model minus its own seed's M0 on the same words and roles (95% bootstrap "
+        "interval over words, exact McNemar p). `both seeds`: `higher`/`lower` only where "
+        "every seed's interval excludes zero on that side and p < 0.05; `spread`: the "
+        "largest minus the smallest difference over seeds.",
+        "",
+        *seeds_table(runs),
+    ]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "README.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}/README.md")
 
 
 if __name__ == "__main__":
