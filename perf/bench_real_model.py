@@ -264,6 +264,76 @@ def rates_by_seed(runs: dict[str, Path]) -> list[str]:
     return out
 
 
+def copy_games(workdir: Path, out: Path) -> None:
+    """Every model's evaluation games (a few tens of KB each) into ``out/games/``, so the
+    messages behind the tables can be read."""
+    (out / "games").mkdir(parents=True, exist_ok=True)
+    for f in sorted((workdir / "results" / "eval" / "games").glob("*.parquet")):
+        shutil.copy(f, out / "games" / f.name)
+    for f in sorted((workdir / "results").glob("epoch*/eval/games.parquet")):
+        shutil.copy(f, out / "games" / f"{f.parents[1].name}.parquet")
+
+
+def openings_table(runs: dict[str, Path]) -> list[str]:
+    """What the attacker says first in its evaluation games: how many different first
+    messages over the held-out words, and the commonest one with its count."""
+    import pyarrow.parquet as pq
+
+    out = [
+        "| model | seed | different first messages | commonest first message |",
+        "|---|---|---|---|",
+    ]
+    for seed, d in runs.items():
+        names = {f.stem: f for f in (d / "games").glob("*.parquet")}
+        for m in _models({(n, "attacker"): None for n in names}):
+            games = [
+                g for g in pq.read_table(names[m]).to_pylist() if g["policy_role"] == "attacker"
+            ]
+            firsts = [g["history"][0]["content"].replace("\n", " ").strip() for g in games]
+            top, count = max(((f, firsts.count(f)) for f in set(firsts)), key=lambda x: x[1])
+            top = top.replace("|", "\\|")
+            out.append(
+                f"| {_label(m)} | {seed} | {len(set(firsts))} of {len(firsts)} | "
+                f"{count}x: {top[:90]} |"
+            )
+    return out
+
+
+def compact_table(runs: dict[str, Path]) -> list[str]:
+    """The README's table: per model and seed, the rates against the fixed opponent
+    with each model's paired difference from its own seed's M0 beside them."""
+    out = [
+        "| model | seed | as attacker: broke rules | minus M0 (paired) | as attacker: wins | "
+        "as defender: wins | decisive, both roles | minus M0 (paired) | reasoning (acc) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    tables = {
+        seed: {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
+        for seed, d in runs.items()
+    }
+    reasoning = {
+        seed: {r["model"]: r for r in _rows(d / "reasoning.tsv") if r["task"] != "geometric_mean"}
+        for seed, d in runs.items()
+    }
+    for m in _models(next(iter(tables.values()))):
+        for s, t in tables.items():
+            if (m, "attacker") not in t:
+                continue
+            att, dfd, both = t[m, "attacker"], t[m, "defender"], t[m, "all"]
+            r = reasoning[s].get(m)
+            cells = [
+                _rate(int(att["broke_rules"]), int(att["games"])),
+                _diff_cell(_diff(att, "broke_rules")),
+                _rate(int(att["wins"]), int(att["games"])),
+                _rate(int(dfd["wins"]), int(dfd["games"])),
+                _rate(_decisive(both), int(both["games"])),
+                _diff_cell(_diff(both, "decisive")),
+                f"{float(r['score']):.2f} ± {1.96 * float(r['stderr']):.2f}" if r else "-",
+            ]
+            out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "smollm2-135m.yaml"))
@@ -312,6 +382,7 @@ def main() -> None:
         shutil.copy(f, out / f.name)
     for e in range(1, overlay.get("epochs", 3) + 1):
         shutil.copy(wd / f"results/epoch{e}/outcomes.tsv", out / f"outcomes_epoch{e}.tsv")
+    copy_games(wd, out)
     name = Path(args.config).name
     seed_flag = f" --seed {args.seed}" if args.seed is not None else ""
     lines = [
@@ -388,6 +459,14 @@ def write_seeds(out: Path, runs: dict[str, Path]) -> None:
         "largest minus the smallest difference over seeds.",
         "",
         *seeds_table(runs),
+        "",
+        "The attacker's first message in its evaluation games:",
+        "",
+        *openings_table(runs),
+        "",
+        "The README's table:",
+        "",
+        *compact_table(runs),
     ]
     out.mkdir(parents=True, exist_ok=True)
     (out / "README.md").write_text("\n".join(lines) + "\n")
