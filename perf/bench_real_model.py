@@ -316,21 +316,41 @@ def compact_table(runs: dict[str, Path]) -> list[str]:
         for seed, d in runs.items()
     }
     for m in _models(next(iter(tables.values()))):
+        values: list[list[float | None]] = []
         for s, t in tables.items():
             if (m, "attacker") not in t:
                 continue
             att, dfd, both = t[m, "attacker"], t[m, "defender"], t[m, "all"]
             r = reasoning[s].get(m)
+            diffs = [_diff(att, "broke_rules"), _diff(both, "decisive")]
+            values.append(
+                [
+                    int(att["broke_rules"]) / int(att["games"]),
+                    diffs[0][0] if diffs[0] else None,
+                    int(att["wins"]) / int(att["games"]),
+                    int(dfd["wins"]) / int(dfd["games"]),
+                    _decisive(both) / int(both["games"]),
+                    diffs[1][0] if diffs[1] else None,
+                    float(r["score"]) if r else None,
+                ]
+            )
             cells = [
                 _rate(int(att["broke_rules"]), int(att["games"])),
-                _diff_cell(_diff(att, "broke_rules")),
+                _diff_cell(diffs[0]),
                 _rate(int(att["wins"]), int(att["games"])),
                 _rate(int(dfd["wins"]), int(dfd["games"])),
                 _rate(_decisive(both), int(both["games"])),
-                _diff_cell(_diff(both, "decisive")),
+                _diff_cell(diffs[1]),
                 f"{float(r['score']):.2f} ± {1.96 * float(r['stderr']):.2f}" if r else "-",
             ]
             out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
+        if len(values) > 1:
+            # The spread over seeds: the largest value minus the smallest, per column.
+            spread = []
+            for column in zip(*values, strict=True):
+                known = [v for v in column if v is not None]
+                spread.append(f"{max(known) - min(known):.2f}" if len(known) > 1 else "-")
+            out.append(f"| {_label(m)} | spread | " + " | ".join(spread) + " |")
     return out
 
 
