@@ -90,6 +90,18 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
+def _games(results: Path) -> dict[tuple[str, str], dict]:
+    """A run's evaluation games table, by (model, role)."""
+    return {(r["model"], r["role"]): r for r in _rows(results / "eval_games.tsv")}
+
+
+def _reasoning(results: Path) -> dict[str, dict]:
+    """A run's reasoning scores by model (the task rows, not their geometric mean)."""
+    return {
+        r["model"]: r for r in _rows(results / "reasoning.tsv") if r["task"] != "geometric_mean"
+    }
+
+
 def _decisive(row: dict) -> int:
     """Games won by either side by play: neither a rule break nor a tie."""
     return int(row["games"]) - int(row["ties"]) - int(row["broke_rules"])
@@ -114,10 +126,8 @@ def learning_table(results: Path) -> list[str]:
     games), its evaluation games against the fixed opponent per role (95% Wilson
     intervals), its reasoning score. ``results``: a folder with the run's summary
     tables (``eval_games.tsv``, ``epochs.tsv``, ``reasoning.tsv``)."""
-    games = {(r["model"], r["role"]): r for r in _rows(results / "eval_games.tsv")}
-    reasoning = {
-        r["model"]: r for r in _rows(results / "reasoning.tsv") if r["task"] != "geometric_mean"
-    }
+    games = _games(results)
+    reasoning = _reasoning(results)
     epochs = {r["epoch"]: r for r in _rows(results / "epochs.tsv")}
     out = [
         "| model | its self-play: attacker broke rules | its self-play: decisive | "
@@ -176,7 +186,7 @@ def _effect(d: tuple[float, float, float, float] | None) -> int:
 def paired_table(results: Path) -> list[str]:
     """Each model minus M0 on the same words and roles (the paired columns of
     ``eval_games.tsv``)."""
-    games = {(r["model"], r["role"]): r for r in _rows(results / "eval_games.tsv")}
+    games = _games(results)
     out = [
         "| difference | role | " + " | ".join(PAIRED_METRICS.values()) + " | pairs |",
         "|---|---|---|---|---|---|",
@@ -195,10 +205,7 @@ def seeds_table(runs: dict[str, Path]) -> list[str]:
     """Each seed's paired difference from M0 side by side, and what both seeds agree
     on: an effect is stated only where, in every seed, the paired interval excludes
     zero on the same side and McNemar's p < 0.05."""
-    tables = {
-        seed: {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
-        for seed, d in runs.items()
-    }
+    tables = {seed: _games(d) for seed, d in runs.items()}
     seeds = list(runs)
     models = [m for m in _models(next(iter(tables.values()))) if m != "imitation"]
     out = [
@@ -231,14 +238,8 @@ def seeds_table(runs: dict[str, Path]) -> list[str]:
 
 def rates_by_seed(runs: dict[str, Path]) -> list[str]:
     """Each model's own rates against the fixed opponent, one column per seed."""
-    tables = {
-        seed: {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
-        for seed, d in runs.items()
-    }
-    reasoning = {
-        seed: {r["model"]: r for r in _rows(d / "reasoning.tsv") if r["task"] != "geometric_mean"}
-        for seed, d in runs.items()
-    }
+    tables = {seed: _games(d) for seed, d in runs.items()}
+    reasoning = {seed: _reasoning(d) for seed, d in runs.items()}
     seeds = list(runs)
     cols = [
         ("attacker", "broke rules", lambda r: int(r["broke_rules"])),
@@ -277,6 +278,8 @@ def copy_games(workdir: Path, out: Path) -> None:
 def openings_table(runs: dict[str, Path]) -> list[str]:
     """What the attacker says first in its evaluation games: how many different first
     messages over the held-out words, and the commonest one with its count."""
+    from collections import Counter
+
     import pyarrow.parquet as pq
 
     out = [
@@ -290,7 +293,8 @@ def openings_table(runs: dict[str, Path]) -> list[str]:
                 g for g in pq.read_table(names[m]).to_pylist() if g["policy_role"] == "attacker"
             ]
             firsts = [g["history"][0]["content"].replace("\n", " ").strip() for g in games]
-            top, count = max(((f, firsts.count(f)) for f in set(firsts)), key=lambda x: x[1])
+            # Ties go to the message met first in the games' order, the same on every run.
+            top, count = Counter(firsts).most_common(1)[0]
             top = top.replace("|", "\\|")
             out.append(
                 f"| {_label(m)} | {seed} | {len(set(firsts))} of {len(firsts)} | "
@@ -307,14 +311,8 @@ def compact_table(runs: dict[str, Path]) -> list[str]:
         "as defender: wins | decisive, both roles | minus M0 (paired) | reasoning (acc) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    tables = {
-        seed: {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
-        for seed, d in runs.items()
-    }
-    reasoning = {
-        seed: {r["model"]: r for r in _rows(d / "reasoning.tsv") if r["task"] != "geometric_mean"}
-        for seed, d in runs.items()
-    }
+    tables = {seed: _games(d) for seed, d in runs.items()}
+    reasoning = {seed: _reasoning(d) for seed, d in runs.items()}
     for m in _models(next(iter(tables.values()))):
         values: list[list[float | None]] = []
         for s, t in tables.items():
@@ -438,7 +436,7 @@ def main() -> None:
 def write_learning(out: Path, config_name: str) -> None:
     """learning.md: the learning-signal tables of the run whose summary tables are in
     ``out``."""
-    games = {(r["model"], r["role"]): r for r in _rows(out / "eval_games.tsv")}
+    games = _games(out)
     lines = [
         f"# Learning signal of `{config_name}`",
         "",
