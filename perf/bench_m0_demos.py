@@ -45,6 +45,7 @@ sys.path.insert(0, str(REPO / "perf"))
 
 import time  # noqa: E402
 
+from bench_real_model import diff_cell, rate_cell  # noqa: E402
 from bench_workflow import seconds_table  # noqa: E402
 from workflow_utils import make_workdir, snakemake  # noqa: E402
 
@@ -77,16 +78,14 @@ def _merge(base: dict, extra: dict) -> dict:
 
 
 def rates_line(label: str, games: list[dict], role: str) -> str:
-    from spag.evaluation.games import wilson_interval
     from spag.evaluation.paired import METRICS
 
     mine = [g for g in games if role in ("all", g["role"])]
     n = len(mine)
-    cells = []
-    for metric in ("broke_rules", "decisive", "win"):
-        k = sum(METRICS[metric](g["outcome"], g["role"]) for g in mine)
-        lo, hi = wilson_interval(k, n)
-        cells.append(f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]")
+    cells = [
+        rate_cell(sum(METRICS[metric](g["outcome"], g["role"]) for g in mine), n)
+        for metric in ("broke_rules", "decisive", "win")
+    ]
     ties = sum(g["outcome"] == "tie" for g in mine)
     return f"| {label} | {role} | " + " | ".join(cells) + f" | {ties} |"
 
@@ -94,8 +93,7 @@ def rates_line(label: str, games: list[dict], role: str) -> str:
 def paired_line(label: str, rows: dict, role: str) -> str:
     r = rows[role]
     cells = [
-        f"{r[f'{m}_diff']:+.2f} [{r[f'{m}_diff_lo']:+.2f}, {r[f'{m}_diff_hi']:+.2f}], "
-        f"p={r[f'{m}_diff_p']:.2g}"
+        diff_cell(tuple(r[f"{m}_diff{s}"] for s in ("", "_lo", "_hi", "_p")))
         for m in ("broke_rules", "decisive", "win")
     ]
     return f"| {label} | {role} | " + " | ".join(cells) + f" | {r['pairs']} |"

@@ -76,7 +76,8 @@ def _tsv_as_markdown(path: Path, columns: list[str] | None = None) -> list[str]:
     return out
 
 
-def _rate(k: int, n: int) -> str:
+def rate_cell(k: int, n: int) -> str:
+    """``k/n = rate [lo, hi]`` with the 95% Wilson interval."""
     from spag.evaluation.games import wilson_interval
 
     lo, hi = wilson_interval(k, n)
@@ -140,15 +141,15 @@ def learning_table(results: Path) -> list[str]:
         k = None if m == "base" else 0 if m == "imitation" else int(m[5:])
         sp = epochs.get(str(k + 1)) if k is not None else None
         n = int(sp["selfplay_games"]) if sp else 0
-        broke = _rate(int(sp["attacker_broke_rules"]), n) if sp else "-"
-        decisive = _rate(int(sp["decisive_games"]), n) if sp else "-"
+        broke = rate_cell(int(sp["attacker_broke_rules"]), n) if sp else "-"
+        decisive = rate_cell(int(sp["decisive_games"]), n) if sp else "-"
         att, dfd = games[m, "attacker"], games[m, "defender"]
         cells = [
-            _rate(int(att["broke_rules"]), int(att["games"])),
-            _rate(_decisive(att), int(att["games"])),
-            _rate(int(att["wins"]), int(att["games"])),
-            _rate(_decisive(dfd), int(dfd["games"])),
-            _rate(int(dfd["wins"]), int(dfd["games"])),
+            rate_cell(int(att["broke_rules"]), int(att["games"])),
+            rate_cell(_decisive(att), int(att["games"])),
+            rate_cell(int(att["wins"]), int(att["games"])),
+            rate_cell(_decisive(dfd), int(dfd["games"])),
+            rate_cell(int(dfd["wins"]), int(dfd["games"])),
         ]
         r = reasoning.get(m)
         score = f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-"
@@ -165,7 +166,8 @@ def _diff(row: dict, metric: str) -> tuple[float, float, float, float] | None:
     return tuple(float(row[f"{metric}_diff{s}"]) for s in ("", "_lo", "_hi", "_p"))
 
 
-def _diff_cell(d: tuple[float, float, float, float] | None) -> str:
+def diff_cell(d: tuple[float, float, float, float] | None) -> str:
+    """A paired difference ``(diff, lo, hi, McNemar p)`` as ``+d [lo, hi], p=...``."""
     if d is None:
         return "-"
     x, lo, hi, p = d
@@ -196,7 +198,7 @@ def paired_table(results: Path) -> list[str]:
             row = games.get((m, role))
             if row is None or not row.get("pairs"):
                 continue
-            cells = [_diff_cell(_diff(row, k)) for k in PAIRED_METRICS]
+            cells = [diff_cell(_diff(row, k)) for k in PAIRED_METRICS]
             out.append(f"| {_label(m)} - M0 | {role} | {' | '.join(cells)} | {row['pairs']} |")
     return out
 
@@ -230,7 +232,7 @@ def seeds_table(runs: dict[str, Path]) -> list[str]:
                 )
                 out.append(
                     f"| {_label(m)} - M0 | {role} | {name} | "
-                    + " | ".join(_diff_cell(d) for d in ds)
+                    + " | ".join(diff_cell(d) for d in ds)
                     + f" | {spread} | {verdict} |"
                 )
     return out
@@ -258,7 +260,7 @@ def rates_by_seed(runs: dict[str, Path]) -> list[str]:
             t = tables[s]
             if (m, "attacker") not in t:
                 continue
-            cells = [_rate(f(t[m, role]), int(t[m, role]["games"])) for role, _, f in cols]
+            cells = [rate_cell(f(t[m, role]), int(t[m, role]["games"])) for role, _, f in cols]
             r = reasoning[s].get(m)
             cells.append(f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-")
             out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
@@ -333,12 +335,12 @@ def compact_table(runs: dict[str, Path]) -> list[str]:
                 ]
             )
             cells = [
-                _rate(int(att["broke_rules"]), int(att["games"])),
-                _diff_cell(diffs[0]),
-                _rate(int(att["wins"]), int(att["games"])),
-                _rate(int(dfd["wins"]), int(dfd["games"])),
-                _rate(_decisive(both), int(both["games"])),
-                _diff_cell(diffs[1]),
+                rate_cell(int(att["broke_rules"]), int(att["games"])),
+                diff_cell(diffs[0]),
+                rate_cell(int(att["wins"]), int(att["games"])),
+                rate_cell(int(dfd["wins"]), int(dfd["games"])),
+                rate_cell(_decisive(both), int(both["games"])),
+                diff_cell(diffs[1]),
                 f"{float(r['score']):.2f} ± {1.96 * float(r['stderr']):.2f}" if r else "-",
             ]
             out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
