@@ -295,8 +295,9 @@ def openings_table(runs: dict[str, Path]) -> list[str]:
                 g for g in pq.read_table(names[m]).to_pylist() if g["policy_role"] == "attacker"
             ]
             firsts = [g["history"][0]["content"].replace("\n", " ").strip() for g in games]
-            # Ties go to the message met first in the games' order, the same on every run.
-            top, count = Counter(firsts).most_common(1)[0]
+            # Ties go to the first message in text order: the same however the games
+            # were sharded.
+            top, count = min(Counter(firsts).items(), key=lambda kv: (-kv[1], kv[0]))
             top = top.replace("|", "\\|")
             out.append(
                 f"| {_label(m)} | {seed} | {len(set(firsts))} of {len(firsts)} | "

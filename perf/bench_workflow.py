@@ -38,20 +38,28 @@ def timed(workdir: Path, *args: str, config: dict | None = None, timeout: int = 
     return elapsed, cpu, res
 
 
+def step_of(benchmark: Path) -> str:
+    """A benchmark file's step: its path under ``results/benchmarks`` without the epoch,
+    the shard and the evaluated model (``epoch2/selfplay/shard_001.tsv`` -> ``selfplay``,
+    ``eval/play_base/shard_000.tsv`` -> ``eval/play``)."""
+    import re
+
+    parts = [
+        p for p in benchmark.with_suffix("").parts if not re.fullmatch(r"epoch\d+|shard_\d+", p)
+    ]
+    return "/".join(re.sub(r"_(base|imitation|epoch\d+)$", "", p) for p in parts)
+
+
 def per_rule_seconds(workdir: Path) -> dict[str, float]:
-    """Sum of the benchmark files' wall seconds per rule family (folder/file stem)."""
+    """Sum of the benchmark files' wall seconds per step (:func:`step_of`)."""
     totals: dict[str, float] = {}
-    for tsv in sorted((workdir / "results" / "benchmarks").rglob("*.tsv")):
+    root = workdir / "results" / "benchmarks"
+    for tsv in sorted(root.rglob("*.tsv")):
         rows = tsv.read_text().splitlines()
         if len(rows) < 2:
             continue
-        seconds = float(rows[1].split("\t")[0])
-        key = tsv.stem if tsv.parent.name in ("benchmarks", "imitation") else tsv.parent.name
-        if tsv.parent.name.startswith("epoch"):
-            key = tsv.stem
-        if tsv.parent.name == "imitation":
-            key = f"imitation/{tsv.stem}"
-        totals[key] = totals.get(key, 0.0) + seconds
+        key = step_of(tsv.relative_to(root))
+        totals[key] = totals.get(key, 0.0) + float(rows[1].split("\t")[0])
     return totals
 
 

@@ -1,11 +1,13 @@
-# Evaluation of M(e): greedy games against a fixed opponent on the held-out words,
-# reasoning benchmarks (lm-evaluation-harness), and the epoch's summary row. The base
-# model and M0 play the same games against the same opponent: the rows M(e) is read
-# against.
+# Evaluation of M(e): greedy games against a fixed opponent on the held-out words (one
+# job per shard of the words, merged), reasoning benchmarks (lm-evaluation-harness), and
+# the epoch's summary row. The base model and M0 play the same games against the same
+# opponent: the rows M(e) is read against.
 #
 # rule                 spag step        package module (spag.)
 # eval_play            play             commands/play.py, game/selfplay.py, generation/
 # eval_play_baseline   play             commands/play.py, game/selfplay.py, generation/
+# eval_merge           merge-episodes   commands/merge_episodes.py, game/merge.py
+# eval_merge_baseline  merge-episodes   commands/merge_episodes.py, game/merge.py
 # eval_games           eval-games       commands/eval_games.py, evaluation/games.py
 # eval_games_baseline  eval-games       commands/eval_games.py, evaluation/games.py
 # eval_reasoning       eval-reasoning   commands/eval_reasoning.py, evaluation/reasoning.py
@@ -22,11 +24,11 @@ rule eval_play:
         words=WORDS_TEST,
         prompts=config["game"]["prompts"],
     output:
-        EVAL_GAMES,
+        EVAL_SHARD,
     log:
-        log_path("epoch{epoch}", "eval_play.log"),
+        log_path("epoch{epoch}", "eval_play", "shard_{shard}.log"),
     benchmark:
-        bench_path("epoch{epoch}", "eval_play.tsv")
+        EVAL_SHARD_BENCHMARK
     conda:
         backend_env()
     threads: job_threads("evaluate")
@@ -35,6 +37,8 @@ rule eval_play:
     params:
         threads=threads_arg,
         seed=config["seed"],
+        num_shards=EVAL_NUM_SHARDS,
+        shard=lambda wildcards: int(wildcards.shard),
         epoch=epoch_arg,
         model_name=evaluated_name,
         opponent=opponent_arg,
@@ -43,8 +47,26 @@ rule eval_play:
     shell:
         "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        " --shard-index {params.shard} --num-shards {params.num_shards}"
         " {params.epoch} --seed {params.seed} --model-name {params.model_name}"
         " {params.opponent_name} --threads {params.threads} {params.args} > {log:q} 2>&1"
+
+
+rule eval_merge:
+    input:
+        eval_shards,
+    output:
+        EVAL_GAMES,
+    log:
+        log_path("epoch{epoch}", "eval_merge.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "eval_merge.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    shell:
+        "exec spag merge-episodes --inputs {input:q} --output {output:q} > {log:q} 2>&1"
 
 
 rule eval_games:
@@ -76,11 +98,22 @@ use rule eval_play as eval_play_baseline with:
         words=WORDS_TEST,
         prompts=config["game"]["prompts"],
     output:
+        BASELINE_SHARD,
+    log:
+        log_path("eval", "play_{model}", "shard_{shard}.log"),
+    benchmark:
+        BASELINE_SHARD_BENCHMARK
+    wildcard_constraints:
+        model="|".join(BASELINE_MODELS),
+
+
+use rule eval_merge as eval_merge_baseline with:
+    output:
         BASELINE_GAMES,
     log:
-        log_path("eval", "play_{model}.log"),
+        log_path("eval", "merge_{model}.log"),
     benchmark:
-        bench_path("eval", "play_{model}.tsv")
+        bench_path("eval", "merge_{model}.tsv")
     wildcard_constraints:
         model="|".join(BASELINE_MODELS),
 

@@ -22,6 +22,7 @@ rule teacher_play:
         log_path("teacher", "shard_{shard}.log"),
     benchmark:
         bench_path("teacher", "shard_{shard}.tsv")
+    priority: LOOP_PRIORITY
     conda:
         teacher_env()
     threads: job_threads(teacher_family())
@@ -53,6 +54,7 @@ rule teacher_games:
         log_path("teacher", "merge_episodes.log"),
     benchmark:
         bench_path("teacher", "merge_episodes.tsv")
+    priority: LOOP_PRIORITY
     conda:
         "../envs/spag.yaml"
     resources:
@@ -72,6 +74,7 @@ rule imitation_samples:
         log_path("imitation", "samples.log"),
     benchmark:
         bench_path("imitation", "samples.tsv")
+    priority: LOOP_PRIORITY
     conda:
         "../envs/spag.yaml"
     resources:
@@ -95,6 +98,7 @@ rule score_imitation:
         log_path("imitation", "score.log"),
     benchmark:
         bench_path("imitation", "score.tsv")
+    priority: LOOP_PRIORITY
     conda:
         "../envs/train.yaml"
     threads: job_threads("score")
@@ -118,6 +122,7 @@ rule train_imitation:
         log_path("imitation", "train.log"),
     benchmark:
         bench_path("imitation", "train.tsv")
+    priority: LOOP_PRIORITY
     conda:
         "../envs/train.yaml"
     threads: job_threads("train")

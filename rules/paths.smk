@@ -7,6 +7,7 @@ from spag.game.teacher import uses_teacher
 
 EPOCHS = config["epochs"]
 NUM_SHARDS = config["selfplay"]["num_shards"]
+EVAL_NUM_SHARDS = config["evaluation"]["num_shards"]
 # With data.imitation "teacher", M0 imitates games played by data.teacher.
 TEACHER = uses_teacher(config)
 
@@ -52,6 +53,8 @@ SAMPLES = epoch_path("samples.parquet")
 SCORED = epoch_path("scored.parquet")
 MODEL = epoch_path("model")
 LOSS = epoch_path("loss.tsv")
+EVAL_SHARD = epoch_path("eval", "shard_{shard}.parquet")
+EVAL_SHARD_BENCHMARK = bench_path("epoch{epoch}", "eval_play", "shard_{shard}.tsv")
 EVAL_GAMES = epoch_path("eval", "games.parquet")
 EVAL_TABLE = epoch_path("eval", "games.tsv")
 EPOCH_SUMMARY = epoch_path("summary.tsv")
@@ -59,6 +62,8 @@ REASONING = result("eval", "reasoning", "{model}.json")
 # The base model and M0 play the same evaluation games as M(e): the rows that M(e) is
 # read against (M0 against itself with the default opponent, `imitation`).
 BASELINE_MODELS = ("base", "imitation")
+BASELINE_SHARD = result("eval", "games", "{model}", "shard_{shard}.parquet")
+BASELINE_SHARD_BENCHMARK = bench_path("eval", "play_{model}", "shard_{shard}.tsv")
 BASELINE_GAMES = result("eval", "games", "{model}.parquet")
 BASELINE_TABLE = result("eval", "games", "{model}.tsv")
 # Models of the reasoning evaluation: the base model, M0 and M1 ... M(EPOCHS).
@@ -108,6 +113,14 @@ def shard_benchmarks_of_epoch(wildcards):
     return expand(SHARD_BENCHMARK, epoch=wildcards.epoch, shard=shards)
 
 
+def eval_shards(wildcards):
+    """The evaluation games shards of M(e) ({epoch}) or of a baseline ({model})."""
+    shards = map(shard_name, range(EVAL_NUM_SHARDS))
+    if "model" in wildcards.keys():
+        return expand(BASELINE_SHARD, model=wildcards.model, shard=shards)
+    return expand(EVAL_SHARD, epoch=wildcards.epoch, shard=shards)
+
+
 def teacher_shards(wildcards=None):
     shards = range(config["data"]["teacher"]["num_shards"])
     return expand(TEACHER_SHARD, shard=map(shard_name, shards))
@@ -141,9 +154,12 @@ def epoch_targets(epoch):
         REASONING.format(model="base"),
     ]
     targets.append(REASONING.format(model="imitation"))
-    targets += [BASELINE_TABLE.format(model=m) for m in BASELINE_MODELS]
+    eval_shards = list(map(shard_name, range(EVAL_NUM_SHARDS)))
+    targets += expand(BASELINE_SHARD, model=BASELINE_MODELS, shard=eval_shards)
+    targets += expand([BASELINE_GAMES, BASELINE_TABLE], model=BASELINE_MODELS)
     for e in range(1, int(epoch) + 1):
         targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
+        targets += expand(EVAL_SHARD, epoch=e, shard=eval_shards)
         targets += [
             p.format(epoch=e)
             for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)

@@ -1,11 +1,12 @@
 # What `spag plot-run` reads: every epoch's samples and training log, and every job's
 # benchmark, labelled for the plots. Included by report.smk; no rules.
 
-# How a wildcard shows in a benchmark's label: train_spag/epoch1, selfplay/epoch1/shard_000.
+# How a wildcard shows in a benchmark's label: train_spag/epoch1, selfplay/epoch1/shard_000,
+# eval_play_baseline/base/shard_000.
 BENCHMARK_LABEL_PARTS = {
     "epoch": "epoch{epoch}",
-    "shard": "shard_{shard}",
     "model": "{model}",
+    "shard": "shard_{shard}",
 }
 
 
@@ -28,7 +29,8 @@ def run_losses():
 def run_benchmarks():
     """Benchmark file of every job of the run (the rules' own paths), for the runtime plot.
 
-    Labelled by the rule and its wildcards (train_spag/epoch1, eval_play_baseline/base).
+    Labelled by the rule and its wildcards (train_spag/epoch1,
+    eval_play_baseline/base/shard_000).
     """
     once = (
         "target_words",
@@ -45,13 +47,17 @@ def run_benchmarks():
         "score_ref",
         "train_spag",
         "eval_play",
+        "eval_merge",
         "eval_games",
     )
     per_model = {
         "eval_reasoning": REASONING_MODELS,
         "eval_play_baseline": BASELINE_MODELS,
+        "eval_merge_baseline": BASELINE_MODELS,
         "eval_games_baseline": BASELINE_MODELS,
     }
+    # Self-play and evaluation games are sharded apart.
+    eval_rules = ("eval_play", "eval_play_baseline")
     entries = {}
     for name in (*once, *per_epoch, *per_model):
         if not hasattr(rules, name):
@@ -65,7 +71,9 @@ def run_benchmarks():
         for entry in expand(
             f"{label}={pattern}",
             epoch=range(1, EPOCHS + 1),
-            shard=map(shard_name, range(NUM_SHARDS)),
+            shard=map(
+                shard_name, range(EVAL_NUM_SHARDS if name in eval_rules else NUM_SHARDS)
+            ),
             model=per_model.get(name, ()),
             allow_missing=True,
         ):

@@ -16,8 +16,13 @@ from spag.game.teacher import teacher_plays_locally
 from spag.settings import cli_flags
 from spag.training.settings import score_arguments, stage_arguments
 
-
 # ---------------------------------------------------------------- resources
+# The loop's jobs (self-play, scoring, training: the way to the next model) start before
+# evaluation jobs waiting for the same free cores or GPUs; evaluations are leaves of the
+# plan and fill the slots the loop leaves.
+LOOP_PRIORITY = 10
+
+
 def job_resources(kind):
     """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs.
 

@@ -16,6 +16,7 @@ rule selfplay:
         log_path("epoch{epoch}", "selfplay", "shard_{shard}.log"),
     benchmark:
         SHARD_BENCHMARK
+    priority: LOOP_PRIORITY
     conda:
         backend_env()
     threads: job_threads("selfplay")
@@ -44,6 +45,7 @@ rule merge_episodes:
         log_path("epoch{epoch}", "merge_episodes.log"),
     benchmark:
         bench_path("epoch{epoch}", "merge_episodes.tsv")
+    priority: LOOP_PRIORITY
     conda:
         "../envs/spag.yaml"
     resources:

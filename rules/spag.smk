@@ -18,6 +18,7 @@ rule assign_rewards:
         log_path("epoch{epoch}", "assign_rewards.log"),
     benchmark:
         bench_path("epoch{epoch}", "assign_rewards.tsv")
+    priority: LOOP_PRIORITY
     conda:
         "../envs/spag.yaml"
     resources:

@@ -277,6 +277,35 @@ def test_opponent_games_from_the_cli(tiny_model_dir, words_file, tmp_path):
     assert hist == [r["history"] for r in rows]  # greedy: the seed does not matter
 
 
+def test_evaluation_in_shards_merges_to_the_same_games(tiny_model_dir, tmp_path):
+    """Evaluation games played in two shards and merged are the games of one job, word
+    for word and role for role, and give the same table."""
+    words = write_words(tmp_path / "w.txt", WORDS)
+    flags = ["--opponent", str(tiny_model_dir), "--model-name", "m1", "--epoch", "1"]
+    whole = tmp_path / "whole.parquet"
+    assert _play(tiny_model_dir, words, whole, *flags) == 0
+    shards = [tmp_path / f"shard_{i:03d}.parquet" for i in range(2)]
+    for i, out in enumerate(shards):
+        assert _play(tiny_model_dir, words, out, *flags, "--shard-index", str(i),
+                     "--num-shards", "2") == 0  # fmt: skip
+    merged = tmp_path / "games.parquet"
+    argv = ["merge-episodes", "--inputs", *map(str, shards), "--output", str(merged)]
+    assert main(argv) == 0
+
+    def games(path):
+        rows = pq.read_table(path).to_pylist()
+        return {(r["target_word"], r["policy_role"]): r["history"] for r in rows}
+
+    assert len(games(merged)) == 2 * len(WORDS)
+    assert games(merged) == games(whole)
+    tables = []
+    for path in (whole, merged):
+        out = path.with_suffix(".tsv")
+        assert main(["eval-games", "--episodes", str(path), "--output", str(out)]) == 0
+        tables.append(out.read_text())
+    assert tables[0] == tables[1]
+
+
 def test_bad_inputs_are_clear_errors(tiny_model_dir, words_file, tmp_path, capsys):
     out = tmp_path / "x.parquet"
     assert _play(tiny_model_dir, words_file, out, "--shard-index", "4", "--num-shards", "4") == 2

@@ -356,7 +356,14 @@ def test_rules_declare_the_package_plot_files(tmp_path):
     assert len(labels) == len(benchmarks)  # one label per job
     assert labels["train_spag/epoch2"] == "results/benchmarks/epoch2/train.tsv"
     assert labels["selfplay/epoch1/shard_002"] == "results/benchmarks/epoch1/selfplay/shard_002.tsv"
-    assert labels["eval_play_baseline/imitation"] == "results/benchmarks/eval/play_imitation.tsv"
+    assert (
+        labels["eval_play_baseline/imitation/shard_000"]
+        == "results/benchmarks/eval/play_imitation/shard_000.tsv"
+    )
+    assert (
+        labels["eval_play/epoch2/shard_000"] == "results/benchmarks/epoch2/eval_play/shard_000.tsv"
+    )
+    assert labels["eval_merge/epoch1"] == "results/benchmarks/epoch1/eval_merge.tsv"
     assert labels["target_words"] == "results/benchmarks/target_words.tsv"
     # Every benchmark file the rule waits for is passed, labelled, to plot-run.
     assert {p for p in _field(run, "input") if "/benchmarks/" in p} == set(labels.values())

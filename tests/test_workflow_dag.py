@@ -12,7 +12,7 @@ PER_EPOCH = {
     "assign_rewards": 1,
     "score_ref": 1,
     "train_spag": 1,
-    "eval_play": 1,
+    "eval_merge": 1,
     "eval_games": 1,
     "epoch_summary": 1,
 }
@@ -25,7 +25,7 @@ ONCE = {
     "train_imitation": 1,
 }
 # The base model and M0 against the opponent: the rows that M(e) is read against.
-BASELINES = {"eval_play_baseline": 2, "eval_games_baseline": 2}
+BASELINES = {"eval_merge_baseline": 2, "eval_games_baseline": 2}
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +33,24 @@ def workdir(tmp_path_factory):
     return make_workdir(tmp_path_factory.mktemp("dag"))
 
 
-@pytest.mark.parametrize("epochs,shards", [(3, 3), (3, 5), (2, 1)])
-def test_dry_run_job_counts(workdir, epochs, shards):
+@pytest.mark.parametrize("epochs,shards,eval_shards", [(3, 3, 1), (3, 5, 2), (2, 1, 3)])
+def test_dry_run_job_counts(workdir, epochs, shards, eval_shards):
     res = snakemake(
         workdir,
         f"spag_epoch{epochs}",
         "-n",
-        config={"epochs": epochs, "selfplay": {"num_shards": shards}},
+        config={
+            "epochs": epochs,
+            "selfplay": {"num_shards": shards},
+            "evaluation": {"num_shards": eval_shards},
+        },
     )
     assert res.returncode == 0, res.stderr + res.stdout
     counts = job_counts(res.stdout + res.stderr)
     expected = {**ONCE, **BASELINES, "selfplay": epochs * shards}
+    # every evaluated model's games: one job per shard of the test words
+    expected["eval_play"] = epochs * eval_shards
+    expected["eval_play_baseline"] = 2 * eval_shards  # the base model and M0
     expected.update({rule: n * epochs for rule, n in PER_EPOCH.items()})
     # base model, M0, and M1..M(epochs)
     expected["eval_reasoning"] = epochs + 2
@@ -98,21 +105,69 @@ def test_epoch_target_plans_baseline_games(workdir):
     }
     opponent = "--opponent results/imitation/model "
     for name, folder, out in (
-        ("epoch1", "results/epoch1/model", "results/epoch1/eval/games.parquet"),
-        ("base", "results/base_model", "results/eval/games/base.parquet"),
-        ("imitation", "results/imitation/model", "results/eval/games/imitation.parquet"),
+        ("epoch1", "results/epoch1/model", "results/epoch1/eval/shard_000.parquet"),
+        ("base", "results/base_model", "results/eval/games/base/shard_000.parquet"),
+        ("imitation", "results/imitation/model", "results/eval/games/imitation/shard_000.parquet"),
     ):
         line = model[name]
         assert f"--model {folder} " in line and opponent in line, line
         assert "--opponent-name imitation " in line
         assert f"--output {out} " in line and "--words results/words/test.txt" in line
-        assert "--greedy" in line
+        assert "--greedy" in line and "--shard-index 0 --num-shards 1 " in line
     # Same words, same settings: the lines differ only in model, output, epoch and names.
     assert "--epoch=-1 " in model["base"] and "--epoch=0 " in model["imitation"]
     tables = _shell_lines(res.stdout, "spag eval-games")
     for name in ("base", "imitation"):
         line = next(t for t in tables if f"--model-name {name}" in t)
         assert f"--output results/eval/games/{name}.tsv" in line
+
+
+def test_evaluation_games_are_played_in_shards_and_merged(workdir):
+    """evaluation.num_shards splits every evaluated model's test words into jobs; the
+    merge writes the one games file the tables and the report read."""
+    res = snakemake(
+        workdir, "spag_epoch1", "-n", "-p",
+        config={"epochs": 1, "evaluation": {"num_shards": 2}},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    evals = [ln for ln in _shell_lines(res.stdout, "spag play") if "--opponent " in ln]
+    assert len(evals) == 6  # M1, base, M0: two shards each
+    for folder in ("results/epoch1/eval", "results/eval/games/base"):
+        for index in (0, 1):
+            assert any(
+                f"--output {folder}/shard_00{index}.parquet --shard-index {index} "
+                "--num-shards 2 " in ln
+                for ln in evals
+            ), folder
+    merges = _shell_lines(res.stdout, "spag merge-episodes")
+    assert any(
+        "--inputs results/epoch1/eval/shard_000.parquet results/epoch1/eval/shard_001.parquet"
+        " --output results/epoch1/eval/games.parquet " in ln
+        for ln in merges
+    )
+    assert any(
+        "--inputs results/eval/games/imitation/shard_000.parquet "
+        "results/eval/games/imitation/shard_001.parquet "
+        "--output results/eval/games/imitation.parquet " in ln
+        for ln in merges
+    )
+
+
+def test_the_loop_goes_before_the_evaluations(workdir):
+    """Jobs on the way to the next model are scheduled before evaluation jobs that wait
+    for the same cores: evaluations are leaves of the plan."""
+    res = snakemake(workdir, "spag_epoch2", "-n", config={"epochs": 2})
+    assert res.returncode == 0, res.stderr
+    priority = {}
+    for block in res.stdout.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        line = next((ln for ln in block.splitlines() if "priority:" in ln), "priority: 0")
+        priority.setdefault(rule, set()).add(int(line.split(":")[1]))
+    loop = ("imitation_samples", "score_imitation", "train_imitation", "selfplay",
+            "merge_episodes", "assign_rewards", "score_ref", "train_spag")  # fmt: skip
+    evaluation = ("eval_play", "eval_play_baseline", "eval_reasoning", "eval_merge")
+    assert all(priority[r] == priority[loop[0]] for r in loop), priority
+    assert all(max(priority[r]) < min(priority[loop[0]]) for r in evaluation), priority
 
 
 def test_report_tables_and_plots_take_every_model(workdir):
@@ -130,7 +185,7 @@ def test_report_tables_and_plots_take_every_model(workdir):
     (plots,) = _shell_lines(res.stdout, "spag plot-run --output-dir results/plots ")
     assert "--eval-games results/summary/eval_games.tsv" in plots
     # The runtime plot counts the baseline games with the other evaluation games.
-    for bench in ("eval/play_base.tsv", "eval/games_imitation.tsv"):
+    for bench in ("eval/play_base/shard_000.tsv", "eval/games_imitation.tsv"):
         assert f"results/benchmarks/{bench}" in plots
 
 

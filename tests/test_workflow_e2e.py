@@ -24,6 +24,7 @@ DOWNSTREAM_OF_SHARD = {
     "score_ref": 1,
     "train_spag": 1,
     "eval_play": 1,
+    "eval_merge": 1,
     "eval_games": 1,
     "eval_reasoning": 1,
     "epoch_summary": 1,

@@ -232,6 +232,12 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
             f"{source}: key 'selfplay.num_shards' ({shards}) is above 'words.num_train' "
             f"({words['num_train']}): a shard would have no words to play"
         )
+    eval_shards = config["evaluation"]["num_shards"]
+    if eval_shards > words["num_test"]:
+        raise SpagInputError(
+            f"{source}: key 'evaluation.num_shards' ({eval_shards}) is above "
+            f"'words.num_test' ({words['num_test']}): a shard would have no words to play"
+        )
     teacher = config["data"]["teacher"]
     if (
         config["data"]["imitation"] == "teacher"

@@ -11,7 +11,11 @@ log = logging.getLogger(__name__)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--inputs", nargs="+", required=True, help="episode shard Parquet files")
     p.add_argument("--output", required=True, help="merged, judged episodes Parquet")
-    p.add_argument("--counts", required=True, help="TSV of the number of games per outcome")
+    p.add_argument(
+        "--counts",
+        default=None,
+        help="TSV of the number of games per outcome (self-play and teacher games)",
+    )
     p.add_argument("--epoch", type=int, default=None, help="epoch number, written to the TSV")
 
 
@@ -21,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
 
     merged, counts = merge_episode_files(args.inputs)
     write_parquet(merged, args.output)
-    write_counts(counts, args.counts, epoch=args.epoch)
+    if args.counts:
+        write_counts(counts, args.counts, epoch=args.epoch)
     log.info(
         "%s: %d episodes from %d shards: %s", args.output, merged.num_rows, len(args.inputs), counts
     )

@@ -79,6 +79,11 @@ class EvaluationSettings:
         "imitation",
         '"imitation" (M0), "base", a model folder, or an OpenAI-compatible endpoint',
     )
+    num_shards: int = opt(
+        1,
+        "one job per shard of the test words for each evaluated model (at most "
+        "words.num_test); the shards' games are merged into one file",
+    )
     max_new_tokens: int = opt(256, "tokens per reply at most")
     batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
     gpu_memory_utilization: float = opt(
