@@ -52,7 +52,8 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     res = snakemake(wd, "spag_epoch1", "-n")
     assert res.returncode == 0, res.stderr
     assert dict(job_counts(res.stdout + res.stderr)) == DOWNSTREAM_OF_SHARD
-    assert "shard_001" in res.stdout and "shard_000.parquet" not in _planned_outputs(res.stdout)
+    planned = _planned_outputs(res.stdout)
+    assert "selfplay/shard_001" in planned and "selfplay/shard_000.parquet" not in planned
 
     untouched = {p: _fingerprint(p) for p in (shard0, wd / "results/imitation/model/config.json")}
     res = snakemake(wd, "spag_epoch1")
