@@ -154,12 +154,12 @@ def epoch_targets(epoch):
         REASONING.format(model="base"),
     ]
     targets.append(REASONING.format(model="imitation"))
-    eval_shards = list(map(shard_name, range(EVAL_NUM_SHARDS)))
-    targets += expand(BASELINE_SHARD, model=BASELINE_MODELS, shard=eval_shards)
+    eval_shard_names = list(map(shard_name, range(EVAL_NUM_SHARDS)))
+    targets += expand(BASELINE_SHARD, model=BASELINE_MODELS, shard=eval_shard_names)
     targets += expand([BASELINE_GAMES, BASELINE_TABLE], model=BASELINE_MODELS)
     for e in range(1, int(epoch) + 1):
         targets += expand(SHARD, epoch=e, shard=map(shard_name, range(NUM_SHARDS)))
-        targets += expand(EVAL_SHARD, epoch=e, shard=eval_shards)
+        targets += expand(EVAL_SHARD, epoch=e, shard=eval_shard_names)
         targets += [
             p.format(epoch=e)
             for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)
