@@ -84,6 +84,13 @@ def rate_cell(k: int, n: int) -> str:
     return f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]" if n else "n/a"
 
 
+def reasoning_cell(row: dict | None, digits: int = 3) -> str:
+    """A reasoning score with its 95% normal interval half-width, or ``-`` without one."""
+    if row is None:
+        return "-"
+    return f"{float(row['score']):.{digits}f} ± {1.96 * float(row['stderr']):.{digits}f}"
+
+
 def _rows(path: Path) -> list[dict]:
     import csv
 
@@ -152,7 +159,7 @@ def learning_table(results: Path) -> list[str]:
             rate_cell(int(dfd["wins"]), int(dfd["games"])),
         ]
         r = reasoning.get(m)
-        score = f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-"
+        score = reasoning_cell(r)
         out.append(f"| {_label(m)} | {broke} | {decisive} | {' | '.join(cells)} | {score} |")
     return out
 
@@ -262,7 +269,7 @@ def rates_by_seed(runs: dict[str, Path]) -> list[str]:
                 continue
             cells = [rate_cell(f(t[m, role]), int(t[m, role]["games"])) for role, _, f in cols]
             r = reasoning[s].get(m)
-            cells.append(f"{float(r['score']):.3f} ± {1.96 * float(r['stderr']):.3f}" if r else "-")
+            cells.append(reasoning_cell(r))
             out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
     return out
 
@@ -306,6 +313,14 @@ def openings_table(runs: dict[str, Path]) -> list[str]:
     return out
 
 
+def _rate_entry(k: int, n: int) -> tuple[str, float]:
+    return rate_cell(k, n), k / n
+
+
+def _diff_entry(d: tuple[float, float, float, float] | None) -> tuple[str, float | None]:
+    return diff_cell(d), d[0] if d else None
+
+
 def compact_table(runs: dict[str, Path]) -> list[str]:
     """The README's table: per model and seed, the rates against the fixed opponent
     with each model's paired difference from its own seed's M0 beside them."""
@@ -323,28 +338,18 @@ def compact_table(runs: dict[str, Path]) -> list[str]:
                 continue
             att, dfd, both = t[m, "attacker"], t[m, "defender"], t[m, "all"]
             r = reasoning[s].get(m)
-            diffs = [_diff(att, "broke_rules"), _diff(both, "decisive")]
-            values.append(
-                [
-                    int(att["broke_rules"]) / int(att["games"]),
-                    diffs[0][0] if diffs[0] else None,
-                    int(att["wins"]) / int(att["games"]),
-                    int(dfd["wins"]) / int(dfd["games"]),
-                    _decisive(both) / int(both["games"]),
-                    diffs[1][0] if diffs[1] else None,
-                    float(r["score"]) if r else None,
-                ]
-            )
-            cells = [
-                rate_cell(int(att["broke_rules"]), int(att["games"])),
-                diff_cell(diffs[0]),
-                rate_cell(int(att["wins"]), int(att["games"])),
-                rate_cell(int(dfd["wins"]), int(dfd["games"])),
-                rate_cell(_decisive(both), int(both["games"])),
-                diff_cell(diffs[1]),
-                f"{float(r['score']):.2f} ± {1.96 * float(r['stderr']):.2f}" if r else "-",
+            # (cell, value for the spread) per column
+            entries = [
+                _rate_entry(int(att["broke_rules"]), int(att["games"])),
+                _diff_entry(_diff(att, "broke_rules")),
+                _rate_entry(int(att["wins"]), int(att["games"])),
+                _rate_entry(int(dfd["wins"]), int(dfd["games"])),
+                _rate_entry(_decisive(both), int(both["games"])),
+                _diff_entry(_diff(both, "decisive")),
+                (reasoning_cell(r, 2), float(r["score"]) if r else None),
             ]
-            out.append(f"| {_label(m)} | {s} | " + " | ".join(cells) + " |")
+            values.append([v for _, v in entries])
+            out.append(f"| {_label(m)} | {s} | " + " | ".join(c for c, _ in entries) + " |")
         if len(values) > 1:
             # The spread over seeds: the largest value minus the smallest, per column.
             spread = []
