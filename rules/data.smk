@@ -91,7 +91,7 @@ rule base_model:
     benchmark:
         bench_path("base_model.tsv")
     conda:
-        "../envs/train.yaml"
+        gpu_env("train")
     resources:
         **job_resources("cpu"),
     params:

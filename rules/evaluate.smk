@@ -141,7 +141,7 @@ rule eval_reasoning:
     benchmark:
         bench_path("eval", "reasoning_{model}.tsv")
     conda:
-        "../envs/eval.yaml"
+        gpu_env("eval")
     threads: job_threads("evaluate")
     resources:
         **job_resources("evaluate"),

@@ -100,7 +100,7 @@ rule score_imitation:
         bench_path("imitation", "score.tsv")
     priority: LOOP_PRIORITY
     conda:
-        "../envs/train.yaml"
+        gpu_env("train")
     threads: job_threads("score")
     resources:
         **job_resources("score"),
@@ -124,7 +124,7 @@ rule train_imitation:
         bench_path("imitation", "train.tsv")
     priority: LOOP_PRIORITY
     conda:
-        "../envs/train.yaml"
+        gpu_env("train")
     threads: job_threads("train")
     resources:
         **job_resources("train"),

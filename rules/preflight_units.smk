@@ -21,6 +21,18 @@ def preflight_units():
         dtype=s["dtype"],
         max_length=s["max_length"],
     )
+
+    def vllm_engine(family, section):
+        # The shape of the family's engine: its batch, memory share and GPUs.
+        if s["backend"] != "vllm":
+            return {}
+        gpus = config["resources"][family]["gpus"]
+        return dict(
+            batch_size=config[section]["batch_size"],
+            gpu_memory_utilization=config[section]["gpu_memory_utilization"],
+            tensor_parallel_size=s["tensor_parallel_size"] or max(gpus, 1),
+        )
+
     teacher = config["data"]["teacher"] if TEACHER else {}
     teacher_specs = _endpoints(teacher.get("model"), teacher.get("partner"))
     play_teacher = TEACHER and teacher_family() == "selfplay"
@@ -34,11 +46,16 @@ def preflight_units():
             "selfplay",
             backend_env(),
             "",
-            dict(**common, **engine, endpoint=teacher_specs if play_teacher else []),
+            dict(
+                **common,
+                **engine,
+                **vllm_engine("selfplay", "selfplay"),
+                endpoint=teacher_specs if play_teacher else [],
+            ),
         ),
         "train": (
             "train",
-            "../envs/train.yaml",
+            gpu_env("train"),
             train_launcher(),
             dict(
                 path=[str(RESULTS), str(CHECKPOINTS)],
@@ -49,7 +66,7 @@ def preflight_units():
                 cpus=r["cpus"] if train_launcher() else None,
             ),
         ),
-        "score": ("score", "../envs/train.yaml", "", dict(**common)),
+        "score": ("score", gpu_env("train"), "", dict(**common)),
         "evaluate": (
             "evaluate",
             backend_env(),
@@ -57,17 +74,18 @@ def preflight_units():
             dict(
                 **common,
                 **engine,
+                **vllm_engine("evaluate", "evaluation"),
                 endpoint=_endpoints(config["evaluation"]["opponent"]),
             ),
         ),
         "reasoning": (
             "evaluate",
-            "../envs/eval.yaml",
+            gpu_env("eval"),
             "",
             dict(**common, lm_eval=True),
         ),
         # The base model is prepared in the train env: it must find the model offline.
-        "cpu": ("cpu", "../envs/train.yaml", "", dict(**common, model=model)),
+        "cpu": ("cpu", gpu_env("train"), "", dict(**common, model=model)),
     }
     if TEACHER and not play_teacher:
         units["teacher"] = (

@@ -32,11 +32,16 @@ def job_resources(kind):
     return family_resources(config["resources"][kind], where=f"resources.{kind}")
 
 
+def gpu_env(name):
+    """The conda env file of a torch env (train, eval, vllm) for `cuda_build`: PyPI's
+    CUDA 13 builds in envs/, CUDA 12 builds in envs/cuda12/ (docs/cluster.md)."""
+    folder = "envs/cuda12" if config["cuda_build"] == "cu12" else "envs"
+    return f"../{folder}/{name}.yaml"
+
+
 def backend_env():
     # vLLM has its own conda environment; the transformers backend shares training's.
-    if config["selfplay"]["backend"] == "vllm":
-        return "../envs/vllm.yaml"
-    return "../envs/train.yaml"
+    return gpu_env("vllm" if config["selfplay"]["backend"] == "vllm" else "train")
 
 
 def job_threads(kind):

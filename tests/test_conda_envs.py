@@ -322,3 +322,71 @@ def test_env_resolves(tmp_path, env_file):
         assert not {"deepspeed", "lm-eval"} & set(installed)
         drift = {n: installed.get(n) for n, v in VLLM_ENV_HF.items() if installed.get(n) != v}
         assert not drift, f"the vLLM env now gets {drift}: update VLLM_ENV_HF (test_vllm_env)"
+
+
+# ---------------------------------------------------------------- CUDA 12 builds
+CUDA12_ENV_FILES = sorted((REPO / "envs" / "cuda12").glob("*.yaml"))
+# vLLM 0.33.0's own pin of torch (Requires-Dist: torch==2.14.0 in its wheel's METADATA).
+VLLM_TORCH = "2.14.0"
+
+
+def _pins(extras: list[str]) -> dict[str, str]:
+    pins = {}
+    for req in _requirements(extras):
+        name, _, version = req.partition("==")
+        if version:
+            pins[_norm(name)] = version.split(";")[0].strip()
+    return pins
+
+
+@pytest.mark.parametrize("env_file", CUDA12_ENV_FILES, ids=lambda f: f.stem)
+def test_cuda12_env_differs_from_the_default_only_in_its_cuda_builds(env_file):
+    """envs/cuda12/X.yaml (config cuda_build: cu12) is envs/X.yaml plus PyTorch's (and
+    vLLM's) CUDA 12.9 index and pins of the +cu129 builds of the same versions: the same
+    project line and extras, the same conda packages, the same digest line."""
+    default = REPO / "envs" / env_file.name
+    assert default.is_file()
+    spec, base = yaml.safe_load(env_file.read_text()), yaml.safe_load(default.read_text())
+    plain = [d for d in spec["dependencies"] if not isinstance(d, dict)]
+    assert plain == [d for d in base["dependencies"] if not isinstance(d, dict)]
+    assert spec["channels"] == base["channels"]
+    lines = _pip_lines(env_file)
+    assert lines[-1] == _pip_lines(default)[-1]  # -e "${SPAG_PROJECT_DIR}[extra]"
+    indexes = [ln.split()[1] for ln in lines if ln.startswith("--extra-index-url ")]
+    assert "https://download.pytorch.org/whl/cu129" in indexes
+    pins = dict(ln.split("==") for ln in lines if "==" in ln)
+    extras = _env_extras(default)
+    expected = _pins(extras)
+    if "vllm" in extras:
+        assert "https://wheels.vllm.ai/0.33.0/cu129" in indexes
+        expected["torch"] = VLLM_TORCH
+    assert set(pins) == ({"torch", "vllm"} if "vllm" in extras else {"torch"})
+    for name, version in pins.items():
+        # A local version of the project's pin: pip's ==X accepts X+cu129.
+        assert Version(version).local == "cu129", (name, version)
+        assert Version(version).public == expected[name], (name, version)
+    digest = f"# pyproject dependencies: {dependency_digest(extras)}"
+    assert digest in env_file.read_text().splitlines()
+
+
+def test_cuda_build_picks_the_gpu_envs_and_leaves_the_light_one(tmp_path):
+    """`cuda_build: cu12` runs every torch rule in envs/cuda12/ and nothing else changes;
+    the default keeps envs/ (the plan with a stand-in conda, as Snakemake lists it)."""
+    from workflow_utils import make_workdir, snakemake
+
+    wd = make_workdir(tmp_path / "work")
+    env = {"PATH": f"{STANDIN.parent}{os.pathsep}{os.environ['PATH']}"}
+    listed = {}
+    for build in ("cu13", "cu12"):
+        config = {"cuda_build": build, "selfplay": {"backend": "vllm"}}
+        res = snakemake(wd, "spag_epoch1", "-n", "--sdm", "conda", "--list-conda-envs",
+                        config=config, env=env)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        listed[build] = sorted(
+            line.split()[0] for line in res.stdout.splitlines() if line.startswith("envs/")
+        )
+    names = ["eval", "spag", "train", "vllm"]
+    assert listed["cu13"] == [f"envs/{n}.yaml" for n in names]
+    assert listed["cu12"] == sorted(
+        f"envs/{n}.yaml" if n == "spag" else f"envs/cuda12/{n}.yaml" for n in names
+    )

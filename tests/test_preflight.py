@@ -165,3 +165,140 @@ def test_a_gguf_base_model_is_converted_by_the_run(tmp_path):
         missing["base model"].status == FAIL
         and "base_model.gguf_file" in missing["base model"].detail
     )
+
+
+# A stand-in `vllm` package for the preflight's engine start, which runs `spag play` in a
+# fresh process as a shard job does: importable there through PYTHONPATH. Its engine
+# fails as vLLM's does when SPAG_STANDIN_ENGINE_FAILS is set.
+STANDIN_VLLM = """
+import os
+import types
+
+__version__ = "0.33.0-standin"
+
+
+class SamplingParams:
+    def __init__(self, **kw):
+        self.kw = kw
+
+
+class LLM:
+    def __init__(self, **opts):
+        if os.environ.get("SPAG_STANDIN_ENGINE_FAILS"):
+            raise RuntimeError("Engine core initialization failed. See root cause above.")
+        with open(os.environ["SPAG_STANDIN_RECORD"], "a") as f:
+            f.write(f"{os.getpid()} {opts['model']} {opts['max_num_seqs']}\\n")
+
+    def generate(self, requests, params, use_tqdm=False):
+        done = types.SimpleNamespace(text=" ok", token_ids=[5], finish_reason="length")
+        return [types.SimpleNamespace(outputs=[done]) for _ in requests]
+"""
+
+
+@pytest.fixture
+def standin_vllm(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    folder = tmp_path / "standin"
+    (folder / "vllm").mkdir(parents=True)
+    (folder / "vllm" / "__init__.py").write_text(STANDIN_VLLM)
+    record = tmp_path / "engines.txt"
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])
+    )
+    monkeypatch.setenv("SPAG_STANDIN_RECORD", str(record))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    return record
+
+
+def _vllm_plan(model) -> FamilyPlan:
+    return FamilyPlan(
+        family="selfplay", backend="vllm", model=str(model), max_length=512, batch_size=4096
+    )
+
+
+def test_vllm_row_starts_an_engine_as_a_shard_does(standin_vllm, tiny_model_dir):
+    import os
+
+    rows = {r.check: r for r in run_checks(_vllm_plan(tiny_model_dir))}
+    engine = rows["vllm engine"]
+    assert engine.status == "ok", engine.detail
+    assert "engine started, one token" in engine.detail
+    # In another process than the preflight's own, with the family's batch.
+    (pid, model, batch) = standin_vllm.read_text().split()
+    assert int(pid) != os.getpid() and model == str(tiny_model_dir) and batch == "4096"
+    capacity = rows["engine capacity"]
+    assert capacity.status == "info"
+    assert "A100-40GB (no GPU here): " in capacity.detail
+    assert "games of 512 tokens at once" in capacity.detail
+
+
+def test_an_engine_that_cannot_start_is_a_failed_row_with_its_cause(
+    standin_vllm, tiny_model_dir, monkeypatch
+):
+    monkeypatch.setenv("SPAG_STANDIN_ENGINE_FAILS", "1")
+    (engine,) = [r for r in run_checks(_vllm_plan(tiny_model_dir)) if r.check == "vllm engine"]
+    assert engine.status == FAIL
+    assert "Engine core initialization failed" in engine.detail
+    assert "selfplay.backend: hf" in engine.detail
+
+
+def test_an_uncached_hub_id_is_left_to_the_base_model_job(standin_vllm, tmp_path, monkeypatch):
+    """The paper config's hub id on an offline node: the base-model row says where it
+    comes from; the vLLM rows add no failure of their own and start no engine."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    plan = _vllm_plan("meta-llama/Llama-2-7b-hf")
+    plan.offline = False
+    rows = {r.check: r for r in run_checks(plan)}
+    assert rows["backend vllm"].status == "ok"
+    assert rows["vllm engine"].status == "info"
+    assert "will be downloaded by the base-model job" in rows["vllm engine"].detail
+    assert rows["base model"].status == "info"
+    assert not standin_vllm.exists()
+
+
+LLAMA2_7B = {
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}
+
+
+def test_engine_capacity_of_llama2_7b_by_hand():
+    """LLaMA-2-7B in bf16: 2 x 32 layers x 4096 x 2 bytes = 512 KiB of KV a token;
+    6,738,415,616 parameters = 12.55 GiB. At 0.9 of 80 GiB: 72 - 12.55 - 2 (reserve)
+    = 57.45 GiB = 117,656 tokens, 7,353 blocks of 16, 57 games of 128 blocks; at 0.9
+    of 40 GiB: 21.45 GiB = 43,928 tokens, 21 games."""
+    from spag.generation.capacity import engine_capacity, kv_bytes_per_token, parameter_count
+
+    assert kv_bytes_per_token(LLAMA2_7B, 2) == 512 * 1024
+    assert parameter_count(LLAMA2_7B) == 6_738_415_616
+    big = engine_capacity(
+        LLAMA2_7B, gpu_memory_gib=80, share=0.9, max_length=2048, dtype="bfloat16"
+    )
+    small = engine_capacity(LLAMA2_7B, gpu_memory_gib=40, share=0.9, max_length=2048)
+    assert (big.games, small.games) == (57, 21)
+    assert abs(big.tokens - 117_656) <= 16 and abs(small.tokens - 43_928) <= 16
+    # Two engines of 0.45 on one 40 GB card (the paper config's evaluation): 3 games each.
+    assert engine_capacity(LLAMA2_7B, gpu_memory_gib=40, share=0.45, max_length=2048).games == 3
+
+
+def test_a_batch_above_the_engine_capacity_is_a_warning(tmp_path):
+    from spag.preflight import _capacity_row
+
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
+    plan = FamilyPlan(family="selfplay", backend="vllm", model=str(tmp_path), max_length=2048,
+                      batch_size=256, dtype="bfloat16")  # fmt: skip
+    row = _capacity_row(plan, str(tmp_path))
+    assert row.status == "info"
+    assert row.detail.startswith("warning: batch_size 256 is more than the full-length games")
+    assert "A100-80GB / H100-80GB (no GPU here): 57 games of 2048 tokens" in row.detail
+    plan.batch_size = 16
+    assert not _capacity_row(plan, str(tmp_path)).detail.startswith("warning")

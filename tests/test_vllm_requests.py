@@ -116,3 +116,95 @@ def test_tensor_parallel_size_follows_the_rules_gpus(tmp_path):
             if "spag play" in line and ("--opponent" in line) == (rule == "eval_play")
         ]
         assert lines and all(f"--tensor-parallel-size {expected} " in line for line in lines)
+
+
+@pytest.fixture
+def torch_claiming_cuda(monkeypatch):
+    """This CPU build of torch made to claim a CUDA 13.0 build on a node whose driver
+    supports CUDA 13.0 with one GPU (NVML). The CUDA runtime's device count, which runs
+    ``cuInit`` in this process, records that it ran: a vLLM engine forked after it
+    cannot use CUDA."""
+    import torch
+
+    import spag.device as device
+
+    cuinit: list[str] = []
+
+    def runtime_device_count() -> int:
+        cuinit.append("cudaGetDeviceCount")
+        return 1
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", runtime_device_count, raising=False)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 1)
+    monkeypatch.setattr(device, "driver_cuda_version", lambda: "13.0")
+    monkeypatch.setattr(device, "nvml_device_count", lambda: 1, raising=False)
+    # What a job starts with; the check may set it to 1, the fixture restores it.
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "0")
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "0")
+    return cuinit
+
+
+def test_a_vllm_shard_starts_its_engine_with_no_cuda_in_the_job_process(
+    fake_vllm, torch_claiming_cuda, tiny_model_dir, tmp_path
+):
+    """`spag play --backend vllm --device cuda` checks the GPU without initialising CUDA
+    in its own process, so that vLLM's forked engine core can use it."""
+    import pyarrow.parquet as pq
+
+    from spag.cli import main
+
+    class EngineStandIn(_FakeLLM):
+        def __init__(self, **opts):
+            if torch_claiming_cuda:
+                # What vLLM 0.33 reports when its forked engine core finds CUDA
+                # initialised in the parent.
+                raise RuntimeError("Engine core initialization failed")
+            super().__init__(**opts)
+            _FakeLLM.last["env"] = {
+                k: os.environ.get(k)
+                for k in ("PYTORCH_NVML_BASED_CUDA_CHECK", "VLLM_BATCH_INVARIANT")
+            }
+
+    fake_vllm.LLM = EngineStandIn
+    words = tmp_path / "words.txt"
+    words.write_text("river\nbridge\n")
+    out = tmp_path / "shard.parquet"
+    rc = main(["play", "--model", str(tiny_model_dir), "--words", str(words), "--output",
+               str(out), "--backend", "vllm", "--device", "cuda", "--max-turns", "1",
+               "--max-new-tokens", "4", "--no-progress", "--no-journal",
+               "--vllm-batch-invariant"])  # fmt: skip
+    assert rc == 0
+    assert torch_claiming_cuda == []
+    assert pq.read_table(out).num_rows == 2
+    assert _FakeLLM.last["env"] == {
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+        "VLLM_BATCH_INVARIANT": "1",
+    }
+
+
+@pytest.mark.parametrize("probe", [False, True])
+def test_a_driver_older_than_the_build_is_named_with_its_minimum(
+    torch_claiming_cuda, monkeypatch, probe
+):
+    import spag.device as device
+    from spag.errors import SpagInputError
+
+    monkeypatch.setattr(device, "driver_cuda_version", lambda: "12.4")
+    with pytest.raises(SpagInputError) as err:
+        device.select_device("cuda", "spag play", probe=probe)
+    text = str(err.value)
+    assert "the driver is too old" in text
+    assert "built for CUDA 13.0" in text and "driver supports CUDA 12.4" in text
+    assert "R580 or newer" in text and "cuda_build: cu12" in text
+    assert torch_claiming_cuda == []  # decided before any CUDA call
+
+
+def test_no_visible_gpu_is_refused_without_initialising_cuda(torch_claiming_cuda, monkeypatch):
+    import spag.device as device
+
+    monkeypatch.setattr(device, "nvml_device_count", lambda: 0)
+    assert "no GPU is visible" in device.cuda_problem(probe=False)
+    assert device.select_device("auto", "spag play", probe=False) == "cpu"
+    assert torch_claiming_cuda == []

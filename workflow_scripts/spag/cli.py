@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "where the run in this folder stands (epochs, shards, training)"),
     "preflight": ("preflight", "check what one rule family's jobs need (snakemake preflight)"),
     "preflight-report": ("preflight_report", "print the preflight table of every family"),
+    "engine-capacity": ("engine_capacity", "games a vLLM engine holds at once, per GPU family"),
 }
 
 

@@ -47,12 +47,58 @@ def driver_cuda_version() -> str | None:
     return None
 
 
+# The oldest NVIDIA driver series for each CUDA major a torch build can be made for
+# (NVIDIA's CUDA toolkit release notes, "CUDA Toolkit and Minimum Required Driver
+# Version": minor-version compatibility holds within a major from these drivers on).
+DRIVER_MINIMUM = {11: "R450", 12: "R525", 13: "R580"}
+# The setting that picks the CUDA major of the GPU environments (envs/, envs/cuda12/).
+BUILD_SETTING = "cuda_build"
+
+
+def _major(version: str) -> int:
+    return int(version.split(".")[0])
+
+
+def driver_minimum(built: str) -> str:
+    """The driver series a torch built for CUDA ``built`` needs, e.g. ``R580 or newer``."""
+    series = DRIVER_MINIMUM.get(_major(built))
+    return f"{series} or newer" if series else f"one supporting CUDA {built}"
+
+
+def nvml_device_count() -> int | None:
+    """GPUs this process may use, from NVML (no CUDA context, no ``cuInit``), or None
+    where NVML cannot be loaded. ``CUDA_VISIBLE_DEVICES`` narrows the count as CUDA
+    would (an empty value or ``-1`` hides every GPU)."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    if nvml.nvmlInit_v2() != 0:
+        return None
+    try:
+        count = ctypes.c_uint(0)
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return None
+    finally:
+        nvml.nvmlShutdown()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return int(count.value)
+    listed = [v for v in visible.split(",") if v.strip()]
+    if not listed or listed[0].strip().startswith("-"):
+        return 0
+    return min(len(listed), int(count.value))
+
+
 def cuda_problem(probe: bool = True) -> str | None:
     """Why CUDA cannot be used in this process (None when it works).
 
-    With ``probe`` a real allocation and product on this rank's GPU (``LOCAL_RANK``; no
-    context on another rank's GPU); without, only what needs no CUDA context (for a
-    process that hands the GPU to vLLM's workers).
+    The driver's CUDA is compared with torch's build first (PyPI's torch is built for
+    one CUDA major; under an older driver ``torch.cuda.is_available()`` is False with
+    only a warning, or True under NVML-based checks). With ``probe`` a real allocation
+    and product on this rank's GPU (``LOCAL_RANK``; no context on another rank's GPU);
+    without, nothing that initialises CUDA (no ``cuInit``): the GPUs are counted by
+    NVML, for a process that hands the GPU to vLLM's engine, which forks.
     """
     import torch
 
@@ -65,15 +111,34 @@ def cuda_problem(probe: bool = True) -> str | None:
     )
     if built is None:
         return f"no CUDA in this torch: {versions}"
+    if driver is None:
+        return f"no NVIDIA driver on this node: {versions}"
+    if _major(driver) < _major(built):
+        return (
+            f"the driver is too old for this torch: {versions}. CUDA {built} builds need "
+            f"an NVIDIA driver of the {driver_minimum(built)} series; set {BUILD_SETTING}: "
+            f"cu{_major(driver)} for builds made for the driver's CUDA, if the project "
+            "ships them (docs/cluster.md)"
+        )
+    if not probe:
+        # torch's own is_available() would run cuInit here (cudaGetDeviceCount), after
+        # which a forked engine process cannot use CUDA. NVML counts without it; the
+        # variable also makes torch's later checks in this process NVML-based.
+        os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        count = nvml_device_count()
+        if count is None:
+            return f"NVML (libnvidia-ml.so.1) cannot list this node's GPUs: {versions}"
+        if count == 0:
+            return f"no GPU is visible to this job: {versions}"
+        return None
     try:
         if not torch.cuda.is_available():
             return f"torch finds no usable GPU: {versions}"
-        if probe:
-            # A real allocation and product: a device that is listed can still fail here.
-            local = int(os.environ.get("LOCAL_RANK", "0"))
-            device = torch.device("cuda", local if local < torch.cuda.device_count() else 0)
-            a = torch.ones((64, 64), device=device)
-            (a @ a).sum().item()
+        # A real allocation and product: a device that is listed can still fail here.
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local if local < torch.cuda.device_count() else 0)
+        a = torch.ones((64, 64), device=device)
+        (a @ a).sum().item()
     except Exception as exc:  # noqa: BLE001 - any CUDA failure is reported, not raised
         return f"CUDA does not work ({type(exc).__name__}: {exc}): {versions}"
     return None

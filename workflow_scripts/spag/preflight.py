@@ -10,7 +10,8 @@ fails when a row failed.
 
 Checks (each only where the family needs it): the hosts, GPUs (names, memory), torch
 and its CUDA, the driver's CUDA, CUDA working (a real allocation and product), the
-generation backend importable (vLLM: its model config for the base model, no weights),
+generation backend importable (vLLM: a real engine started on the base model for one
+token, as a shard job starts it, and the games it holds at once),
 DeepSpeed's compiled ops built in the node's folder, a collective across every rank
 (NCCL on GPUs, else gloo), threads per rank, free disk where results and checkpoints
 go, the base model present offline, an endpoint answering ``GET /v1/models``.
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
+from spag.generation.settings import SelfplaySettings
 
 OK, FAIL, INFO = "ok", "FAIL", "info"
 # A collective that does not complete within this many seconds is a failed row.
@@ -57,6 +59,9 @@ class FamilyPlan:
     model: str | None = None  # the base model: "tiny", a packaged name, a folder or hub id
     dtype: str = "auto"
     max_length: int | None = None
+    batch_size: int | None = None  # the engine's max_num_seqs
+    gpu_memory_utilization: float = SelfplaySettings.gpu_memory_utilization
+    tensor_parallel_size: int = 1
     deepspeed: list[str] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
@@ -71,7 +76,7 @@ class FamilyPlan:
 
 # ---------------------------------------------------------------- checks
 def _torch_rows(plan: FamilyPlan) -> list[Row]:
-    from spag.device import driver_cuda_version
+    from spag.device import BUILD_SETTING, driver_cuda_version, driver_minimum
 
     driver = driver_cuda_version()
     if importlib.util.find_spec("torch") is None:
@@ -85,7 +90,13 @@ def _torch_rows(plan: FamilyPlan) -> list[Row]:
             "torch",
             INFO,
             f"torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none (CPU build)'}"
-            f"; driver CUDA {driver or 'none (no NVIDIA driver)'}; Python "
+            + (
+                f" (needs an NVIDIA driver of the {driver_minimum(torch.version.cuda)} series;"
+                f" {BUILD_SETTING} switches builds)"
+                if torch.version.cuda
+                else ""
+            )
+            + f"; driver CUDA {driver or 'none (no NVIDIA driver)'}; Python "
             f"{sys.version.split()[0]}",
         )
     ]
@@ -195,15 +206,127 @@ def _model_row(plan: FamilyPlan) -> Row | None:
     return Row("base model", INFO, f"{name} not cached; the base-model job downloads it")
 
 
-def _local_model_dir(plan: FamilyPlan) -> str | None:
-    """A folder (or cached hub id) whose config.json describes the base model, if any."""
-    if not plan.model or plan.model == "tiny":
-        return None
+def _engine_model_dir(plan: FamilyPlan) -> tuple[str | None, str]:
+    """The folder a vLLM engine can load the base model from now, or None and why not."""
+    name = plan.model
+    if not name or name == "tiny":
+        return None, "the embedded model is built by the run; the first shard starts the engine"
     from spag.models.base_model import PACKAGED_MODELS
 
-    if plan.model in PACKAGED_MODELS or Path(plan.model).suffix == ".gguf":
-        return None  # converted by the run
-    return plan.model
+    if name in PACKAGED_MODELS or Path(name).suffix == ".gguf":
+        return None, f"{name} is converted by the run; the first shard starts the engine"
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return str(folder), ""
+    # A hub id: its snapshot in the local cache, never a download from here.
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - the base-model row reports a malformed id
+        cached = None
+    if isinstance(cached, str) and any(Path(cached).parent.glob("*.safetensors")):
+        return str(Path(cached).parent), ""
+    return None, (
+        f"{name} will be downloaded by the base-model job; the first shard starts the engine"
+    )
+
+
+def _capacity_row(plan: FamilyPlan, model_dir: str) -> Row:
+    """Games of ``max_length`` tokens one engine holds at once on the GPU found (on the
+    common GPU families where this job has none)."""
+    from spag.generation.capacity import GPU_FAMILIES, engine_capacity, model_config
+
+    length = plan.max_length or 2048
+    try:
+        config, parameters = model_config(model_dir)
+        gpus: dict[str, float] = {}
+        if plan.device == "cuda":
+            from spag.device import cuda_devices, cuda_problem
+
+            if cuda_problem() is None:
+                gpus = {d["name"]: d["memory_gib"] for d in cuda_devices()[:1]}
+        gpus = gpus or {f"{k} (no GPU here)": v for k, v in GPU_FAMILIES.items()}
+        caps = {
+            name: engine_capacity(
+                config,
+                gpu_memory_gib=gib,
+                share=plan.gpu_memory_utilization,
+                max_length=length,
+                dtype=plan.dtype,
+                parameters=parameters,
+                tensor_parallel_size=plan.tensor_parallel_size,
+            )
+            for name, gib in gpus.items()
+        }
+    except Exception as exc:  # noqa: BLE001 - a config this estimate cannot read
+        return Row("engine capacity", INFO, f"not estimated ({type(exc).__name__}: {exc})")
+    detail = "; ".join(f"{name}: {cap.describe(length)}" for name, cap in caps.items())
+    over = [name for name, cap in caps.items() if plan.batch_size and plan.batch_size > cap.games]
+    if over:
+        detail = (
+            f"warning: batch_size {plan.batch_size} is more than the full-length games "
+            f"that fit on {', '.join(over)} (beyond them vLLM queues or preempts); {detail}"
+        )
+    return Row("engine capacity", INFO, detail)
+
+
+# A vLLM engine's first start loads the weights, compiles and captures CUDA graphs:
+# minutes for a 7B model.
+ENGINE_TIMEOUT_S = 900
+
+
+def _engine_row(plan: FamilyPlan, model_dir: str) -> Row:
+    """A real engine start: one shard of one word, one turn, one token, run as a shard
+    job runs (``spag play`` in a fresh process with this job's environment and the same
+    device check), so that an engine that cannot start in the shards fails here."""
+    import subprocess
+    import tempfile
+    import time
+
+    spag = shutil.which("spag")
+    command = [spag] if spag else [sys.executable, "-m", "spag"]
+    with tempfile.TemporaryDirectory(prefix="spag-preflight-") as tmp:
+        words = Path(tmp) / "words.txt"
+        words.write_text("river\n")
+        command += [
+            "play", "--model", model_dir, "--words", str(words),
+            "--output", str(Path(tmp) / "shard.parquet"),
+            "--backend", "vllm", "--device", plan.device, "--dtype", plan.dtype,
+            "--gpu-memory-utilization", str(plan.gpu_memory_utilization),
+            "--tensor-parallel-size", str(plan.tensor_parallel_size),
+            "--max-turns", "1", "--max-new-tokens", "1", "--no-journal", "--no-progress",
+        ]  # fmt: skip
+        if plan.max_length:
+            command += ["--max-length", str(plan.max_length)]
+        if plan.batch_size:
+            command += ["--batch-size", str(plan.batch_size)]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(
+                command, capture_output=True, text=True, timeout=ENGINE_TIMEOUT_S, cwd=tmp
+            )
+        except subprocess.TimeoutExpired:
+            return Row(
+                "vllm engine",
+                FAIL,
+                f"{model_dir}: no engine within {ENGINE_TIMEOUT_S} s (spag play, one token)",
+            )
+    seconds = time.monotonic() - started
+    if proc.returncode == 0:
+        return Row("vllm engine", OK, f"{model_dir}: engine started, one token in {seconds:.0f} s")
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    cause = next(
+        (ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else ""
+    )
+    return Row(
+        "vllm engine",
+        FAIL,
+        f"{model_dir}: a shard's engine does not start (exit {proc.returncode}): "
+        f"{cause[-600:]}. Check selfplay.dtype, selfplay.max_length, "
+        "selfplay.gpu_memory_utilization and the vLLM build (cuda_build), or use "
+        "selfplay.backend: hf",
+    )
 
 
 def _backend_rows(plan: FamilyPlan) -> list[Row]:
@@ -222,8 +345,7 @@ def _backend_rows(plan: FamilyPlan) -> list[Row]:
         import transformers
 
         return [Row("backend hf", OK, f"transformers {transformers.__version__}")]
-    # vLLM: import, then its model config for the base model (architecture, dtype,
-    # context length) without a device or weights.
+    # vLLM: import, then a real engine on the base model where it is on this node.
     try:
         import vllm
     except Exception as exc:  # noqa: BLE001
@@ -237,29 +359,10 @@ def _backend_rows(plan: FamilyPlan) -> list[Row]:
             )
         ]
     rows = [Row("backend vllm", OK, f"vllm {vllm.__version__} imported")]
-    model = _local_model_dir(plan)
+    model, why = _engine_model_dir(plan)
     if model is None:
-        rows.append(Row("vllm model config", INFO, "the base model is built by the run"))
-        return rows
-    try:
-        from vllm.config import ModelConfig
-
-        opts: dict[str, Any] = {"model": model, "dtype": plan.dtype}
-        if plan.max_length:
-            opts["max_model_len"] = plan.max_length
-        ModelConfig(**opts)
-    except Exception as exc:  # noqa: BLE001
-        rows.append(
-            Row(
-                "vllm model config",
-                FAIL,
-                f"vLLM refuses {model} ({type(exc).__name__}: {exc}); check selfplay.dtype, "
-                "selfplay.max_length, or use selfplay.backend: hf",
-            )
-        )
-    else:
-        rows.append(Row("vllm model config", OK, f"{model}: architecture, dtype, context length"))
-    return rows
+        return [*rows, Row("vllm engine", INFO, why)]
+    return [*rows, _capacity_row(plan, model), _engine_row(plan, model)]
 
 
 def _deepspeed_rows(plan: FamilyPlan) -> list[Row]:

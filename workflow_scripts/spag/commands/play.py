@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         # Two engines share the GPU in evaluation games.
         local_engines = (not model_endpoint) + bool(c.opponent and not endpoint)
         # Before a model is loaded: a GPU job without working CUDA stops here.
-        # vLLM's workers take the GPU: no CUDA context in this process before them.
+        # vLLM's engine process takes the GPU: nothing here may initialise CUDA before
+        # it starts (probe=False checks by NVML; see spag.device.cuda_problem).
         device = (
             select_device(c.device, "spag play", probe=c.backend != "vllm")
             if local_engines
@@ -142,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
                 tensor_parallel_size=c.tensor_parallel_size,
                 gpu_memory_utilization=share,
                 seed=seed,
+                batch_invariant=c.vllm_batch_invariant,
             )
         backends[POLICY] = (
             load_backend("openai", c.model)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from spag.device import DEVICES
+from spag.generation.settings import SelfplaySettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="base model: tiny, a folder or a hub id")
     p.add_argument("--dtype", default="auto", help="the engine's dtype (vllm)")
     p.add_argument("--max-length", type=int, default=None, help="the engine's context (vllm)")
+    p.add_argument("--batch-size", type=int, default=None, help="the engine's max_num_seqs (vllm)")
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=SelfplaySettings.gpu_memory_utilization,
+        help="the engine's share of the GPU (vllm)",
+    )
+    p.add_argument(
+        "--tensor-parallel-size", type=int, default=1, help="GPUs one engine spans (vllm)"
+    )
     p.add_argument("--deepspeed", nargs="*", default=[], help="the stages' DeepSpeed configs")
     p.add_argument("--endpoint", nargs="*", default=[], help="endpoint specs to reach")
     p.add_argument("--path", nargs="*", default=[], help="folders whose disk is checked")
@@ -44,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
         model=args.model,
         dtype=args.dtype,
         max_length=args.max_length,
+        batch_size=args.batch_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
         deepspeed=args.deepspeed,
         endpoints=args.endpoint,
         paths=args.path,

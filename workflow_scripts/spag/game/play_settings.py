@@ -96,6 +96,10 @@ class PlayConfig:
     opponent_gpu_memory_utilization: float | None = opt(
         None, "vllm: share of the GPU's total memory for the opponent's engine"
     )
+    vllm_batch_invariant: bool = opt(
+        SelfplaySettings.vllm_batch_invariant,
+        "vllm: batch-invariant kernels, so that a rerun reproduces the games (slower)",
+    )
     dtype: str = opt(
         SelfplaySettings.dtype, "model dtype (float32 on CPU for auto)", choices=DTYPES
     )
@@ -191,6 +195,7 @@ def engine_arguments(config: dict[str, Any], family: str) -> dict[str, Any]:
     if s["backend"] == "vllm":
         gpus = config["resources"][family]["gpus"]
         options["tensor_parallel_size"] = s["tensor_parallel_size"] or max(gpus, 1)
+        options["vllm_batch_invariant"] = s["vllm_batch_invariant"]
     else:
         options.update(kv_reuse_gib=s["kv_reuse_gib"], batch_memory_gib=s["batch_memory_gib"])
     return options

@@ -67,6 +67,11 @@ class SelfplaySettings:
         0.9, "vllm: share of each GPU's total memory the self-play engine takes"
     )
     kv_reuse_gib: float = opt(2.0, "hf: memory for keys/values kept between a game's turns")
+    vllm_batch_invariant: bool = opt(
+        False,
+        "vllm: batch-invariant kernels (VLLM_BATCH_INVARIANT=1), so that a rerun of a "
+        "shard reproduces its games whatever else shares the batch; slower",
+    )
 
 
 @section("evaluation")

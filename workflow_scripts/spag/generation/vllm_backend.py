@@ -3,10 +3,24 @@
 Kept thin on purpose: prompts are rendered and encoded by the shared
 :class:`spag.models.rendering.PromptRenderer` (raw or chat, one BOS, left
 truncation) and handed to vLLM as token ids, so that ``hf`` and ``vllm`` games see
-the same inputs. Each request gets its own seed, derived from the call's seed and
-the game's episode id (``prompt_seeds``), which makes a game's sampling independent
-of what else runs in the batch. vLLM is imported only here, and only when this
-backend is chosen.
+the same inputs. vLLM is imported only here, and only when this backend is chosen.
+
+Seeds: each request gets its own seed, derived from the call's seed and the game's
+episode id (``prompt_seeds``), so a game draws its tokens from its own generator. That
+fixes the draws, not the logits: vLLM's default kernels may round a sequence's logits
+differently with other sequences beside it in the batch, so a shard rerun under another
+load can play other games. ``batch_invariant`` (config ``selfplay.vllm_batch_invariant``,
+``VLLM_BATCH_INVARIANT=1``) switches to kernels whose results do not depend on the
+batch, at a cost in speed; per-request generators also move vLLM's top-k/top-p
+sampling to its slower native path.
+
+Process layout: ``LLM(...)`` starts the engine core in a child process, forked by
+default (``VLLM_WORKER_MULTIPROC_METHOD``). vLLM switches to spawn when torch has
+initialised CUDA in this process, but a ``cuInit`` outside torch's lazy
+initialisation (``torch.cuda.is_available()`` without
+``PYTORCH_NVML_BASED_CUDA_CHECK=1``) goes unnoticed and the forked child cannot use
+CUDA. The job's device check therefore counts GPUs by NVML
+(:func:`spag.device.cuda_problem` with ``probe=False``) and nothing here touches CUDA.
 """
 
 from __future__ import annotations
@@ -26,7 +40,7 @@ from spag.models.rendering import PromptRenderer
 
 
 class VLLMBackend:
-    """``vllm.LLM`` with per-request ``SamplingParams(seed=...)``."""
+    """``vllm.LLM`` with per-request ``SamplingParams(seed=...)`` (see the module notes)."""
 
     name = "vllm"
 
@@ -42,7 +56,12 @@ class VLLMBackend:
         max_length: int | None = None,
         dtype: str = SelfplaySettings.dtype,
         gpu_memory_utilization: float = SelfplaySettings.gpu_memory_utilization,
+        batch_invariant: bool = SelfplaySettings.vllm_batch_invariant,
     ) -> None:
+        import os
+
+        # Read by vLLM when the engine starts (inherited by its process).
+        os.environ["VLLM_BATCH_INVARIANT"] = "1" if batch_invariant else "0"
         try:
             from vllm import LLM
         except ImportError as exc:

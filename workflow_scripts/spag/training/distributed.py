@@ -55,3 +55,12 @@ def barrier() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+
+
+def end_distributed() -> None:
+    """Destroy the process group at the end of a step: NCCL warns on every rank at exit
+    when a group is left (and its communicators leak until then)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

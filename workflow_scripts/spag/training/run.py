@@ -22,7 +22,7 @@ from spag.tracking import (
     tracker_environment,
 )
 from spag.training.checkpoints import WORK_LOSS_LOG, prepare_checkpoint_dir, run_fingerprint
-from spag.training.distributed import ensure_distributed_env, resolve_deepspeed
+from spag.training.distributed import end_distributed, ensure_distributed_env, resolve_deepspeed
 from spag.training.extensions import build_ops, needed_ops
 from spag.training.output import save_final
 from spag.training.settings import TrainConfig
@@ -182,4 +182,5 @@ def train(cfg: TrainConfig) -> Path:
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     save_final(trainer, cfg, work_log, is_main)
+    end_distributed()
     return Path(cfg.output)
