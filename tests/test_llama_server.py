@@ -3,7 +3,7 @@ the project installs, on loopback. Teacher and evaluation games are played again
 through the endpoint backend, over the chat and completions APIs, and the backend's
 greedy replies are the server's own answers to the same request.
 
-``scripts/setup.sh`` installs the server; where it is missing these tests fail rather
+``scripts/setup.sh --tests`` installs the server; where it is missing these tests fail rather
 than skip, so that CI cannot lose them silently.
 """
 
