@@ -79,11 +79,12 @@ def _merge(base: dict, extra: dict) -> dict:
 
 def rates_line(label: str, games: list[dict], role: str) -> str:
     from spag.evaluation.paired import METRICS
+    from spag.game.taboo import TABOO
 
     mine = [g for g in games if role in ("all", g["role"])]
     n = len(mine)
     cells = [
-        rate_cell(sum(METRICS[metric](g["outcome"], g["role"]) for g in mine), n)
+        rate_cell(sum(METRICS[metric](TABOO, g["outcome"], g["role"]) for g in mine), n)
         for metric in ("broke_rules", "decisive", "win")
     ]
     ties = sum(g["outcome"] == "tie" for g in mine)

@@ -65,8 +65,11 @@ rule eval_merge:
         "../envs/spag.yaml"
     resources:
         **job_resources("cpu"),
+    params:
+        game=config["game"]["name"],
     shell:
-        "exec spag merge-episodes --inputs {input:q} --output {output:q} > {log:q} 2>&1"
+        "exec spag merge-episodes --inputs {input:q} --output {output:q} --game {params.game}"
+        " > {log:q} 2>&1"
 
 
 rule eval_games:
@@ -83,11 +86,12 @@ rule eval_games:
     resources:
         **job_resources("cpu"),
     params:
+        game=config["game"]["name"],
         epoch=epoch_arg,
         model_name=evaluated_name,
     shell:
         "exec spag eval-games --episodes {input:q} --output {output:q} {params.epoch}"
-        " --model-name {params.model_name} > {log:q} 2>&1"
+        " --model-name {params.model_name} --game {params.game} > {log:q} 2>&1"
 
 
 # The base model and M0 play M(e)'s games and get its table.
@@ -171,9 +175,12 @@ rule epoch_summary:
         "../envs/spag.yaml"
     resources:
         **job_resources("cpu"),
+    params:
+        game=config["game"]["name"],
     shell:
         "exec spag summarize-epoch --epoch {wildcards.epoch} --outcomes {input.outcomes:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --eval-games {input.eval_games:q}"
         " --reasoning {input.reasoning:q} --selfplay {input.shards:q}"
         " --selfplay-benchmarks {input.shard_benchmarks:q} --output {output:q}"
+        " --game {params.game}"
         " > {log:q} 2>&1"

@@ -59,9 +59,11 @@ rule teacher_games:
         "../envs/spag.yaml"
     resources:
         **job_resources("cpu"),
+    params:
+        game=config["game"]["name"],
     shell:
         "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
-        " --counts {output.counts:q} --epoch 0 > {log:q} 2>&1"
+        " --counts {output.counts:q} --epoch 0 --game {params.game} > {log:q} 2>&1"
 
 
 rule imitation_samples:
@@ -80,12 +82,14 @@ rule imitation_samples:
     resources:
         **job_resources("cpu"),
     params:
+        game=config["game"]["name"],
         seed=config["seed"],
         # Teacher games must show both roles won (a released file is taken as it is).
         both_roles="--require-both-roles data.teacher" if TEACHER else "",
     shell:
         "exec spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
-        " --output {output:q} --seed {params.seed} {params.both_roles} > {log:q} 2>&1"
+        " --output {output:q} --seed {params.seed} {params.both_roles} --game {params.game}"
+        " > {log:q} 2>&1"
 
 
 rule score_imitation:

@@ -79,6 +79,7 @@ rule summary_tables:
     resources:
         **job_resources("cpu"),
     params:
+        game=config["game"]["name"],
         commit=PROJECT_COMMIT,
         digest=CONFIG_DIGEST,
     shell:
@@ -86,7 +87,7 @@ rule summary_tables:
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
         " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
         " --eval-games-output {output.eval_games:q} --eval-episodes {input.eval_episodes:q}"
-        " --commit {params.commit:q}"
+        " --commit {params.commit:q} --game {params.game}"
         " --config-digest {params.digest:q} > {log:q} 2>&1"
 
 
@@ -117,6 +118,7 @@ rule plots:
     resources:
         **job_resources("cpu"),
     params:
+        game=config["game"]["name"],
         outdir=lambda wildcards, output: Path(output[0]).parent,
         samples=lambda wildcards: labelled(run_samples()),
         loss=lambda wildcards: labelled(run_losses()),
@@ -124,7 +126,7 @@ rule plots:
     shell:
         "exec spag plot-run --output-dir {params.outdir:q} --summary {input.summary:q}"
         " --reasoning {input.reasoning:q} --eval-games {input.eval_games:q}"
-        " --samples {params.samples:q} --loss {params.loss:q}"
+        " --samples {params.samples:q} --loss {params.loss:q} --game {params.game}"
         " --benchmarks {params.benchmarks:q} > {log:q} 2>&1"
 
 
@@ -152,10 +154,12 @@ rule epoch_plots:
     resources:
         **job_resources("cpu"),
     params:
+        game=config["game"]["name"],
         outdir=lambda wildcards, output: Path(output[0]).parent,
     shell:
         "exec spag plot-epoch --epoch {wildcards.epoch} --output-dir {params.outdir:q}"
         " --samples {input.samples:q} --loss {input.loss:q} --episodes {input.episodes:q}"
+        " --game {params.game}"
         " > {log:q} 2>&1"
 
 

@@ -50,6 +50,9 @@ rule merge_episodes:
         "../envs/spag.yaml"
     resources:
         **job_resources("cpu"),
+    params:
+        game=config["game"]["name"],
     shell:
         "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
-        " --counts {output.counts:q} --epoch {wildcards.epoch} > {log:q} 2>&1"
+        " --counts {output.counts:q} --epoch {wildcards.epoch} --game {params.game}"
+        " > {log:q} 2>&1"

@@ -2,7 +2,7 @@
 # The scoring and training rules are M0's (imitation.smk) on the epoch's files.
 #
 # rule            spag step        package module (spag.)
-# assign_rewards  assign-rewards   commands/assign_rewards.py, game/rewards.py, judge.py
+# assign_rewards  assign-rewards   commands/assign_rewards.py, game/rewards.py, game/<game>.py
 # score_ref       score-ref        commands/score_ref.py, training/scoring.py
 # train_spag      train            commands/train.py, training/
 
@@ -24,12 +24,12 @@ rule assign_rewards:
     resources:
         **job_resources("cpu"),
     params:
-        **rewards_arguments(config),
+        rewards=cli_flags(**rewards_arguments(config), game=config["game"]["name"]),
         # Each epoch draws its own randomised training prompts.
         seed=lambda wildcards: config["seed"] * 1000 + int(wildcards.epoch),
     shell:
         "exec spag assign-rewards --episodes {input.episodes:q} --output {output:q}"
-        " --sft-data {input.sft:q} --decay-weight {params.decay_weight} --seed {params.seed}"
+        " --sft-data {input.sft:q} {params.rewards} --seed {params.seed}"
         " --prompts {input.prompts:q} > {log:q} 2>&1"
 
 

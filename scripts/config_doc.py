@@ -12,7 +12,7 @@ Properties of one parent that share a definition (``$ref: "#/$defs/..."``) are
 documented once, with a placeholder in the key path: the training stages
 ``imitation`` and ``spag`` as ``<stage>.*``, the rule families of ``resources``
 as ``resources.<family>.*``. The two stages share ``$defs.training`` but not all
-of its defaults: ``learning_rate`` and ``kl_coeff`` are filled per stage by
+of its defaults: ``objective``, ``learning_rate`` and ``kl_coeff`` are filled per stage by
 :func:`spag.config.validate_config`, and the reference shows both values.
 """
 
@@ -87,29 +87,16 @@ def _groups(properties: Mapping[str, Any]) -> list[tuple[str | None, list[str]]]
 
 
 def stage_defaults() -> dict[str, dict[str, Any]]:
-    """Defaults that the code fills per training stage (``imitation``/``spag``), by key.
+    """Defaults that the code fills per training stage (``imitation``/``spag``), by key:
+    the stage's objective (``spag.training.objectives.STAGE_OBJECTIVE``) and what it
+    implies (``spag.training.settings.METHOD_DEFAULTS``)."""
+    from spag.training.objectives import STAGE_OBJECTIVE
+    from spag.training.settings import METHOD_DEFAULTS
 
-    Read from :mod:`spag.training.settings` (``STAGE_METHOD`` and ``METHOD_DEFAULTS``)
-    or, in a layout without it, from ``spag.config.STAGE_DEFAULTS``.
-    """
-    try:
-        from spag.training import settings
-    except ImportError:
-        settings = None
-    stage_method = getattr(settings, "STAGE_METHOD", None)
-    method_defaults = getattr(settings, "METHOD_DEFAULTS", None)
-    if isinstance(stage_method, Mapping) and isinstance(method_defaults, Mapping):
-        return {
-            stage: dict(method_defaults[method])
-            for stage, method in stage_method.items()
-            if method in method_defaults
-        }
-    from spag import config
-
-    legacy = getattr(config, "STAGE_DEFAULTS", None)
-    if isinstance(legacy, Mapping):
-        return {stage: dict(values) for stage, values in legacy.items()}
-    return {}
+    return {
+        stage: {"objective": objective, **METHOD_DEFAULTS[objective]}
+        for stage, objective in STAGE_OBJECTIVE.items()
+    }
 
 
 # ------------------------------------------------------------ cell formatting

@@ -16,7 +16,6 @@ from spag.judge import (
     derivatives,
     is_correct_prediction,
     is_prediction,
-    judge_flat,
     judge_game,
     mentions,
 )
@@ -38,16 +37,11 @@ def test_derivatives_are_the_sixteen_strings():
 
 
 def test_plural_comes_from_textblob():
-    # The judge loads textblob's inflect module from its file (importing the textblob
-    # package costs over a second); check it is that file and that it inflects.
-    import importlib.util
-    from pathlib import Path
+    from textblob.en.inflect import pluralize
 
-    from spag.judge import _load_pluralize
+    from spag.judge import plural
 
-    spec = importlib.util.find_spec("textblob")
-    expected_file = Path(list(spec.submodule_search_locations)[0]) / "en" / "inflect.py"
-    assert Path(_load_pluralize().__code__.co_filename).resolve() == expected_file.resolve()
+    assert plural("mouse") == pluralize("mouse")
     cases = {
         "cat": "cats",
         "mouse": "mice",
@@ -232,30 +226,7 @@ def histories(draw):
 @given(histories())
 def test_judge_matches_literal_rules(case):
     history, word, max_turns = case
-    expected = reference_judge(history, word, max_turns)
-    assert judge_game(history, word, max_turns) == expected
-    outcomes, ns = judge_flat(
-        [m["role"] for m in history],
-        [m["content"] for m in history],
-        [0, len(history)],
-        [word],
-        [max_turns],
-    )
-    assert (outcomes[0], ns[0]) == expected
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(histories(), min_size=1, max_size=5))
-def test_flat_judge_on_many_games(cases):
-    roles, contents, offsets = [], [], [0]
-    for history, _, _ in cases:
-        roles += [m["role"] for m in history]
-        contents += [m["content"] for m in history]
-        offsets.append(len(roles))
-    outcomes, ns = judge_flat(
-        roles, contents, offsets, [c[1] for c in cases], [c[2] for c in cases]
-    )
-    assert list(zip(outcomes, ns, strict=True)) == [reference_judge(*c) for c in cases]
+    assert judge_game(history, word, max_turns) == reference_judge(history, word, max_turns)
 
 
 PREDICTION_PATTERN_REF = r"i know the word! it.{1,8}"
@@ -275,18 +246,3 @@ def test_correct_guess_is_the_reference_pattern(word, pieces):
     text = "".join(pieces)
     pattern = PREDICTION_PATTERN_REF + "(?:" + "|".join(map(re.escape, derivatives(word))) + ")"
     assert is_correct_prediction(text, word) == (re.search(pattern, text.lower()) is not None)
-
-
-def test_fast_plural_is_textblobs_plural():
-    """The judge's plural tries textblob's rules only where a string test allows a
-    match; on real words and on the edge cases it must give textblob's result."""
-    from wordfreq import top_n_list
-
-    from spag.judge import _load_pluralize, _pluralize
-
-    textblob, ours = _load_pluralize(), _pluralize()
-    edge = ["I", "a", "an", "Man", "woman", "mouse", "ox", "box", "quiz", "Chinese", "photo",
-            "wolf", "knife", "axis", "index", "matrix", "bass", "sea-bass", "dog's",
-            "mother-in-law", "", "x", "Y", "man\n", "ABC", "café", "sheep", "genus"]  # fmt: skip
-    words = top_n_list("en", 100_000) + edge
-    assert [w for w in words if ours(w) != textblob(w)] == []

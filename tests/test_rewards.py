@@ -97,9 +97,9 @@ def test_target_is_stripped_and_reward_sums_to_one():
 
 
 def test_role_weights():
-    assert role_weights(3, 1) == {"attacker": 4 / 6, "defender": 2.0}
-    assert role_weights(0, 5) == {"attacker": 0.0, "defender": 0.5}
-    assert role_weights(0, 0) == {"attacker": 0.0, "defender": 0.0}
+    assert role_weights({"attacker": 3, "defender": 1}) == {"attacker": 4 / 6, "defender": 2.0}
+    assert role_weights({"defender": 5}) == {"attacker": 0.0, "defender": 0.5}
+    assert role_weights({}) == {"attacker": 0.0, "defender": 0.0}
 
 
 def test_seed_makes_prompts_deterministic():
@@ -172,7 +172,8 @@ def reference_samples(games, decay):
         coeffs = [(1 / decay) ** (k + 1) for k in range(len(turns))]
         for i, c in zip(turns, coeffs, strict=True):
             out.append((eid, i, winner, history[i]["content"].strip(), c / sum(coeffs)))
-    w = role_weights(n_a, n_d)
+    n = n_a + n_d
+    w = {"attacker": n / (2 * n_a) if n_a else 0.0, "defender": n / (2 * n_d) if n_d else 0.0}
     return [(*r, w[r[2]]) for r in out]
 
 
@@ -322,16 +323,11 @@ def test_random_module_state_is_not_used():
 
 
 def test_sliced_and_chunked_episodes_read_as_their_rows():
-    from spag.game.episodes import flatten_episodes
+    from spag.game.episodes import load_episodes
 
     table = episodes_table(GAMES)
-    whole = flatten_episodes(table)
+    _, whole = load_episodes(table, "t")
     for start in range(1, len(GAMES)):
-        part = flatten_episodes(table.slice(start))
-        first = whole.offsets[start]
-        assert part.episode_ids == whole.episode_ids[start:]
-        assert part.offsets == [o - first for o in whole.offsets[start:]]
-        assert part.roles == whole.roles[first:]
-        assert part.contents == whole.contents[first:]
+        assert load_episodes(table.slice(start), "t")[1] == whole[start:]
     chunked = pa.concat_tables([table.slice(0, 2), table.slice(2)])
-    assert flatten_episodes(chunked) == whole
+    assert load_episodes(chunked, "t")[1] == whole

@@ -39,7 +39,10 @@ WORDS_FLAGS = {
     "changed": "--num-train 20 --num-test 5 --min-length 4 --max-length 9 --seed 7",
 }
 # The rule wrote `--decay-weight {params.decay}`.
-REWARDS_FLAGS = {"default": "--decay-weight 0.8", "changed": "--decay-weight 0.5"}
+REWARDS_FLAGS = {
+    "default": "--scheme winners --decay-weight 0.8",
+    "changed": "--scheme winners --decay-weight 0.5",
+}
 REASONING_FLAGS = {
     "default": (
         "--tasks spag_tiny_reasoning --include-path data/lm_eval_tasks --batch-size 8 "

@@ -13,9 +13,9 @@ from spag.config import load_schema, validate_config
 from spag.device import family_device
 from spag.errors import SpagInputError
 from spag.settings import add_arguments, cli_flags, from_arguments
+from spag.training.objectives import STAGE_OBJECTIVE
 from spag.training.settings import (
     METHOD_DEFAULTS,
-    STAGE_METHOD,
     ScoreRefSettings,
     ScoringSettings,
     StageSettings,
@@ -51,7 +51,8 @@ def test_schema_lists_the_stage_settings_with_the_same_defaults():
 def test_cli_defaults_are_the_dataclass_defaults():
     parsed = _parse(REQUIRED)
     for f in dataclasses.fields(TrainConfig):
-        if f.default is not dataclasses.MISSING and f.name not in METHOD_DEFAULTS["sft_kl"]:
+        defaulted_by_objective = {"objective", *METHOD_DEFAULTS["sft_kl"]}
+        if f.default is not dataclasses.MISSING and f.name not in defaulted_by_objective:
             assert getattr(parsed, f.name) == f.default, f.name
     # Unset, the learning rate and KL coefficient are the method's.
     for method, defaults in METHOD_DEFAULTS.items():
@@ -98,7 +99,7 @@ def test_rule_flags_round_trip_through_the_cli(stage, changed):
     argv = _cli_args(stage_arguments(config, stage))
     argv += ["--model", "m", "--samples", "s", "--output", "o", "--checkpoint-dir", "c"]
     parsed = _parse([*argv, "--loss-log", "l"])
-    assert parsed.method == STAGE_METHOD[stage]
+    assert parsed.objective == STAGE_OBJECTIVE[stage]
     for key in stage_keys():
         if key in ("sft_coeff", "clip_eps") and stage == "imitation":
             continue
@@ -111,14 +112,15 @@ def test_rule_flags_round_trip_through_the_cli(stage, changed):
 
 def test_stage_defaults_come_from_the_method():
     config = validate_config({})
-    for stage, method in STAGE_METHOD.items():
-        for key, value in METHOD_DEFAULTS[method].items():
+    for stage, objective in STAGE_OBJECTIVE.items():
+        assert config[stage]["objective"] == objective
+        for key, value in METHOD_DEFAULTS[objective].items():
             assert config[stage][key] == value
 
 
 def test_a_missing_required_setting_is_refused():
     with pytest.raises(TypeError):
-        TrainConfig(method="sft_kl", model="m")
+        TrainConfig(objective="sft_kl", model="m")
 
 
 def test_scoring_section_defaults_are_the_schema_defaults():

@@ -18,7 +18,8 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
-from spag.training.settings import METHOD_DEFAULTS, STAGE_METHOD
+from spag.training.objectives import STAGE_OBJECTIVE
+from spag.training.settings import METHOD_DEFAULTS
 
 
 def load_schema() -> dict[str, Any]:
@@ -130,8 +131,9 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
                 lines.append(f"key '{_key_path(err)}': {err.message}")
         raise SpagInputError(f"{source}: invalid configuration:\n  " + "\n  ".join(lines))
     # The two training stages share one schema but not their paper defaults.
-    for stage, method in STAGE_METHOD.items():
-        for key, value in METHOD_DEFAULTS[method].items():
+    for stage, objective in STAGE_OBJECTIVE.items():
+        config[stage].setdefault("objective", objective)
+        for key, value in METHOD_DEFAULTS[config[stage]["objective"]].items():
             config[stage].setdefault(key, value)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
@@ -250,7 +252,7 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
         )
     from spag.training.distributed import resolve_deepspeed
 
-    for stage in STAGE_METHOD:
+    for stage in STAGE_OBJECTIVE:
         try:
             resolve_deepspeed(config[stage]["deepspeed"])
         except SpagInputError as exc:

@@ -7,6 +7,7 @@ import logging
 from dataclasses import dataclass
 
 from spag.game.rewards import RewardsSettings
+from spag.game.settings import GameSettings
 from spag.settings import add_arguments as add_setting_arguments
 from spag.settings import from_arguments, opt, req
 
@@ -22,7 +23,8 @@ class AssignRewardsConfig(RewardsSettings):
     sft_data: str | None = opt(None, "instruction Parquet (query, target) to append")
     # The workflow passes each epoch's own seed (run seed x 1000 + epoch).
     seed: int = opt(0, "seed of the randomised prompts")
-    prompts: str | None = opt(None, "prompts YAML (default: the shipped one)")
+    prompts: str | None = opt(None, "prompts YAML (default: the game's shipped one)")
+    game: str = opt(GameSettings.name, "the game (config game.name)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,21 +33,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spag.data.tables import read_parquet, write_parquet
-    from spag.game.prompts import load_prompts
+    from spag.game.base import load_game
     from spag.game.rewards import assign_rewards
 
     job: AssignRewardsConfig = from_arguments(AssignRewardsConfig, args)
-    prompts = load_prompts(job.prompts)
+    game = load_game(job.game)
+    prompts = game.load_prompts(job.prompts)
     episodes = read_parquet(job.episodes, what="episodes")
     sft = read_parquet(job.sft_data, what="SFT data") if job.sft_data else None
     samples = assign_rewards(
         episodes,
         decay=job.decay,
+        scheme=job.scheme,
         seed=job.seed,
         prompts=prompts,
         sft=sft,
         source=str(job.episodes),
         sft_source=str(job.sft_data),
+        game=game,
     )
     write_parquet(samples, job.output)
     n_game = samples.num_rows - (sft.num_rows if sft is not None else 0)

@@ -1,13 +1,16 @@
 """``spag eval-games``: win / loss / tie table of one model's evaluation games.
 
-``attacker_broke_rules`` counts as a loss when the evaluated model attacked and
-as a win when it defended (see :mod:`spag.evaluation.games`). Every rate comes with
-its 95% Wilson score interval.
+A game is a win, loss or tie by the sign of the evaluated model's result (in Taboo
+``attacker_broke_rules`` counts as a loss when the evaluated model attacked and as a
+win when it defended; see :mod:`spag.evaluation.games`). Every rate comes with its
+95% Wilson score interval.
 """
 
 from __future__ import annotations
 
 import argparse
+
+from spag.game.settings import GameSettings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,15 +30,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="evaluated model's name (default: the name recorded in the episodes)",
     )
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
 
 
 def run(args: argparse.Namespace) -> int:
     import logging
 
     from spag.evaluation.games import evaluation_table, rates
+    from spag.game.base import load_game
 
     counts = evaluation_table(
-        args.episodes, args.output, epoch=args.epoch, model_name=args.model_name
+        args.episodes,
+        args.output,
+        epoch=args.epoch,
+        model_name=args.model_name,
+        game=load_game(args.game),
     )
     c = counts["all"]
     r = rates(c)

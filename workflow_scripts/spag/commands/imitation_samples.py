@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from spag.game.settings import GameSettings
+
 log = logging.getLogger(__name__)
 
 
@@ -18,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--output", required=True, help="samples Parquet to write")
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised prompts")
-    p.add_argument("--prompts", default=None, help="prompts YAML (default: the shipped one)")
+    p.add_argument("--prompts", default=None, help="prompts YAML (default: the game's shipped one)")
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
     p.add_argument(
         "--require-both-roles",
         metavar="KEY",
@@ -30,19 +33,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from spag.data.imitation import load_imitation_inputs
     from spag.data.tables import write_parquet
-    from spag.game.prompts import load_prompts
+    from spag.game.base import load_game
     from spag.game.rewards import imitation_samples
 
+    game = load_game(args.game)
     games, instructions = load_imitation_inputs(args.input)
     names = ", ".join(args.input)
     samples = imitation_samples(
         games,
         instructions,
         seed=args.seed,
-        prompts=load_prompts(args.prompts) if games is not None else None,
+        prompts=game.load_prompts(args.prompts) if games is not None else None,
         source=names,
         instructions_source=names,
         both_roles_key=args.require_both_roles,
+        game=game,
     )
     write_parquet(samples, args.output)
     log.info("%s: %d imitation samples from %s", args.output, samples.num_rows, names)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from spag.game.settings import GameSettings
+
 log = logging.getLogger(__name__)
 
 
@@ -17,13 +19,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="TSV of the number of games per outcome (self-play and teacher games)",
     )
     p.add_argument("--epoch", type=int, default=None, help="epoch number, written to the TSV")
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
 
 
 def run(args: argparse.Namespace) -> int:
     from spag.data.tables import write_parquet
+    from spag.game.base import load_game
     from spag.game.merge import merge_episode_files, write_counts
 
-    merged, counts = merge_episode_files(args.inputs)
+    merged, counts = merge_episode_files(args.inputs, load_game(args.game))
     write_parquet(merged, args.output)
     if args.counts:
         write_counts(counts, args.counts, epoch=args.epoch)

@@ -1,4 +1,5 @@
-"""``spag play``: play Adversarial Taboo games for one shard of target words.
+"""``spag play``: play the game (``--game``, Adversarial Taboo by default) for one shard
+of secrets (target words).
 
 Without ``--opponent`` the model plays itself (sampling); with it, the model plays
 both roles against the opponent, greedily (evaluation). The flags are the fields of
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
 
     from spag.data.tables import write_parquet
     from spag.data.words import read_word_list, shard_words
-    from spag.game.prompts import load_prompts
+    from spag.game.base import load_game
     from spag.game.selfplay import (
         OPPONENT,
         POLICY,
@@ -56,12 +57,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from spag.generation import load_backend
 
+    game = load_game(c.game)
     words = shard_words(read_word_list(c.words), c.shard_index, c.num_shards)
-    prompts = load_prompts(c.prompts)
+    prompts = game.load_prompts(c.prompts)
     seed = shard_seed(c.seed, c.epoch, c.shard_index)
     settings = PlaySettings(max_turns=c.max_turns, sampling=c.sampling, seed=seed)
     if c.opponent:
-        specs = evaluation_specs(words, c.epoch, c.shard_index)
+        specs = evaluation_specs(words, c.epoch, c.shard_index, game)
     else:
         specs = selfplay_specs(words, c.epoch, c.shard_index, c.games_per_word)
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
@@ -181,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             progress,
             done=done,
             on_finished=journal.append if journal else None,
+            game=game,
         )
         if specs
         else []
@@ -206,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
         shard=c.shard_index,
         seed=seed,
         model_names=names,
+        game=game,
     )
     write_parquet(table, c.output)
     if journal is not None:
@@ -235,8 +239,8 @@ def _journal_key(args: argparse.Namespace, words: list[str]) -> str:
     earlier job with the same flags resumes."""
     import hashlib
 
+    from spag.game.base import load_game
     from spag.game.journal import fingerprint
-    from spag.game.prompts import default_prompts_path
     from spag.generation.openai_backend import is_endpoint_spec
     from spag.training.scoring import model_identity
 
@@ -246,7 +250,7 @@ def _journal_key(args: argparse.Namespace, words: list[str]) -> str:
         if not k.startswith("_") and k not in _NOT_IN_JOURNAL_KEY
     }
     parts["words"] = words
-    prompts = Path(args.prompts) if args.prompts else default_prompts_path()
+    prompts = Path(args.prompts or load_game(args.game).default_prompts_path())
     parts["prompts_sha256"] = hashlib.sha256(prompts.read_bytes()).hexdigest()
     for key in ("model", "opponent"):
         value = getattr(args, key)

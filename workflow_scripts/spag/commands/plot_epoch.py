@@ -13,6 +13,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from spag.game.settings import GameSettings
+
 log = logging.getLogger("spag.plot_epoch")
 
 
@@ -22,9 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", required=True, help="the epoch's samples.parquet")
     p.add_argument("--loss", required=True, help="the epoch's training log (loss.tsv)")
     p.add_argument("--episodes", required=True, help="the epoch's judged episodes")
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from spag.game.base import load_game
     from spag.report.plots import epoch_plots
 
     written = epoch_plots(
@@ -33,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         samples=args.samples,
         loss=args.loss,
         episodes=args.episodes,
+        game=load_game(args.game),
     )
     for path in written:
         log.info("wrote %s", path)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import logging
 
+from spag.game.settings import GameSettings
 from spag.report.inputs import LabelledPaths, labelled_path
 
 log = logging.getLogger("spag.plot_run")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
     p.add_argument("--output-dir", required=True, help="folder for the PNG files")
     p.add_argument("--summary", required=True, help="all-epoch summary (summary/epochs.tsv)")
     p.add_argument("--reasoning", help="long reasoning table (summary/reasoning.tsv)")
@@ -57,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spag.errors import SpagInputError
+    from spag.game.base import load_game
     from spag.report.plots import run_plots
 
     samples = {}
@@ -72,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         losses=args.loss,
         benchmarks=args.benchmarks,
         eval_games=args.eval_games,
+        game=load_game(args.game),
     )
     for path in written:
         log.info("wrote %s", path)

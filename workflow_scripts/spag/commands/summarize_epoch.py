@@ -17,6 +17,7 @@ import argparse
 import logging
 import os
 
+from spag.game.settings import GameSettings
 from spag.tracking import (
     DEFAULT_DIR,
     ENV_PROJECT,
@@ -45,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "when the shards do not record it)",
     )
     p.add_argument("--output", required=True, help="summary TSV (one row)")
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
     # Set by the workflow through the environment (spag.tracking), like spag train's.
     p.add_argument(
         "--report-to",
@@ -69,9 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from spag.game.base import load_game
     from spag.report.summary import epoch_summary, write_summary
     from spag.tracking import log_loop_figures, parse_report_to
 
+    game = load_game(args.game)
     row = epoch_summary(
         args.epoch,
         outcomes=args.outcomes,
@@ -81,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
         reasoning=args.reasoning,
         selfplay=args.selfplay,
         selfplay_benchmarks=args.selfplay_benchmarks,
+        game=game,
     )
-    write_summary(row, args.output)
+    write_summary(row, args.output, game)
     trackers = parse_report_to(args.report_to)
     if trackers:
         logged = log_loop_figures(

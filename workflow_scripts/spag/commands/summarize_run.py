@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import logging
 
+from spag.game.settings import GameSettings
+
 log = logging.getLogger("spag.summarize_run")
 
 
@@ -45,10 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--commit", help="the project's commit, a column of every table")
     p.add_argument("--config-digest", help="the config's digest, a column of every table")
+    p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
 
 
 def run(args: argparse.Namespace) -> int:
     from spag.errors import SpagInputError
+    from spag.game.base import load_game
     from spag.report.summary import (
         add_paired,
         collect_epochs,
@@ -63,13 +67,14 @@ def run(args: argparse.Namespace) -> int:
         raise SpagInputError("--eval-games and --eval-games-output go together")
     # What produced the numbers, on every row (results/run_info.json has the rest).
     stamp = {k: v for k, v in (("commit", args.commit), ("config_digest", args.config_digest)) if v}
-    epochs = collect_epochs(args.epoch_summaries).assign(**stamp)
+    game = load_game(args.game)
+    epochs = collect_epochs(args.epoch_summaries, game).assign(**stamp)
     reasoning = collect_reasoning(args.reasoning).assign(**stamp) if args.reasoning else None
     if args.eval_episodes and not args.eval_games:
         raise SpagInputError("--eval-episodes needs --eval-games")
-    games = collect_eval_games(args.eval_games) if args.eval_games else None
+    games = collect_eval_games(args.eval_games, game) if args.eval_games else None
     if games is not None and args.eval_episodes:
-        games = add_paired(games, args.eval_episodes, args.paired_reference)
+        games = add_paired(games, args.eval_episodes, args.paired_reference, game)
     games = games.assign(**stamp) if games is not None else None
     write_tsv(epochs, args.output)
     log.info("wrote %s: %d epochs", args.output, len(epochs))

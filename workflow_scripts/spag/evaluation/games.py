@@ -1,17 +1,18 @@
 """Win / loss / tie table of evaluation games (the model against a fixed opponent).
 
 Each evaluation game records which side the evaluated model played
-(``policy_role``). Games are judged with the reference judge; from the
-evaluated model's side:
+(``policy_role``). Games are judged by the game's judge; from the evaluated model's
+side a game is a win, a loss or a tie by the sign of its result
+(:meth:`spag.game.base.Game.result`). In Adversarial Taboo:
 
 - as attacker: ``attacker_wins`` is a win, ``defender_wins`` a loss,
   ``attacker_broke_rules`` a loss (the model broke the rules), ``tie`` a tie;
 - as defender: ``defender_wins`` is a win, ``attacker_wins`` a loss,
   ``attacker_broke_rules`` a win (the opponent broke the rules), ``tie`` a tie.
 
-Rows: one per role (``attacker``, ``defender``) and ``all`` (both together).
+Rows: one per role of the game and ``all`` (both together).
 Each rate (win, loss, tie, and the share of games that ended in a rule break,
-``broke_rules_rate``: the model's own as attacker, the opponent's as defender)
+``broke_rules_rate``: by either player)
 comes with its 95% Wilson score interval (``<rate>_lo``, ``<rate>_hi``): with a
 few dozen held-out words per role, the interval says whether two models'
 rates differ by more than chance.
@@ -26,50 +27,38 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.judge import ATTACKER_BROKE_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE, judge_game
+from spag.game.base import Game, other_role
+from spag.game.taboo import TABOO
 
-ROLES = ("attacker", "defender")
 # rate name -> the count it is the share of
 RATES = {"win": "wins", "loss": "losses", "tie": "ties", "broke_rules": "broke_rules"}
 COUNT_COLUMNS = ("games", *RATES.values())
 RATE_COLUMNS = tuple(f"{kind}_rate{bound}" for kind in RATES for bound in ("", "_lo", "_hi"))
 COLUMNS = ("epoch", "model", "opponent", "role", *COUNT_COLUMNS, *RATE_COLUMNS)
 Z95 = 1.959963984540054  # standard normal quantile of 0.975
-# outcome -> result for the evaluated model, per role it played
-RESULT = {
-    "attacker": {
-        ATTACKER_WINS: "win",
-        DEFENDER_WINS: "loss",
-        ATTACKER_BROKE_RULES: "loss",
-        TIE: "tie",
-    },
-    "defender": {
-        DEFENDER_WINS: "win",
-        ATTACKER_WINS: "loss",
-        ATTACKER_BROKE_RULES: "win",
-        TIE: "tie",
-    },
-}
+# The episode columns naming the players of the first and second role.
+PLAYER_COLUMNS = ("attacker_model", "defender_model")
 
 
-def game_result(outcome: str, policy_role: str) -> str:
+def game_result(outcome: str, policy_role: str, game: Game = TABOO) -> str:
     """``win``, ``loss`` or ``tie`` for the evaluated model playing ``policy_role``."""
-    return RESULT[policy_role][outcome]
+    result = game.result(outcome, policy_role)
+    return "win" if result > 0 else "loss" if result < 0 else "tie"
 
 
-def tally(games: Iterable[tuple[str, str]]) -> dict[str, dict[str, int]]:
+def tally(games: Iterable[tuple[str, str]], game: Game = TABOO) -> dict[str, dict[str, int]]:
     """Count results per role from ``(policy_role, outcome)`` pairs; adds the ``all`` row."""
     counts = {
         r: {"games": 0, "wins": 0, "losses": 0, "ties": 0, "broke_rules": 0}
-        for r in (*ROLES, "all")
+        for r in (*game.roles, "all")
     }
     key = {"win": "wins", "loss": "losses", "tie": "ties"}
     for role, outcome in games:
-        result = key[game_result(outcome, role)]
+        result = key[game_result(outcome, role, game)]
         for row in (role, "all"):
             counts[row]["games"] += 1
             counts[row][result] += 1
-            counts[row]["broke_rules"] += outcome == ATTACKER_BROKE_RULES
+            counts[row]["broke_rules"] += game.rule_breaker(outcome) is not None
     return counts
 
 
@@ -110,10 +99,12 @@ def _fmt(x: float) -> str:
     return "nan" if math.isnan(x) else f"{x:.6f}"
 
 
-def format_table(counts: dict[str, dict[str, int]], epoch: int, model: str, opponent: str) -> str:
+def format_table(
+    counts: dict[str, dict[str, int]], epoch: int, model: str, opponent: str, game: Game = TABOO
+) -> str:
     """The TSV text (header + one row per role and ``all``)."""
     lines = ["\t".join(COLUMNS)]
-    for role in (*ROLES, "all"):
+    for role in (*game.roles, "all"):
         c = counts[role]
         r = rates(c)
         cells = [epoch, model, opponent, role, *(c[k] for k in COUNT_COLUMNS)]
@@ -132,10 +123,10 @@ def _single(values: Sequence, what: str, path: str | os.PathLike) -> object:
     return distinct[0]
 
 
-def judged_games(episodes_path: str | os.PathLike) -> tuple[list[dict], Any]:
-    """Judge every evaluation game in ``episodes_path``: one dict per game (``word``,
-    ``role`` the evaluated model played, ``outcome``, ``model``, ``opponent``), and the
-    table (for its other columns)."""
+def judged_games(episodes_path: str | os.PathLike, game: Game = TABOO) -> tuple[list[dict], Any]:
+    """Judge every evaluation game in ``episodes_path``: one dict per game (``word`` the
+    secret, ``role`` the evaluated model played, ``outcome``, ``model``, ``opponent``),
+    and the table (for its other columns)."""
     from spag.data.tables import EPISODE_FIELDS, read_parquet, require_columns
 
     table = read_parquet(episodes_path, "evaluation episodes")
@@ -148,24 +139,24 @@ def judged_games(episodes_path: str | os.PathLike) -> tuple[list[dict], Any]:
     games = []
     for i, row in enumerate(table.to_pylist()):
         role = row["policy_role"]
-        if role not in ROLES:
+        if role not in game.roles:
             raise SpagInputError(
                 f"{episodes_path}: row {i} (episode {row['episode_id']!r}): policy_role is"
-                f" {role!r}, expected attacker or defender"
+                f" {role!r}, expected {' or '.join(game.roles)}"
             )
         history = row["history"] or []
         for j, m in enumerate(history):
-            if m is None or m.get("role") not in ROLES or m.get("content") is None:
+            if m is None or m.get("role") not in game.roles or m.get("content") is None:
                 raise SpagInputError(
                     f"{episodes_path}: episode {row['episode_id']!r}: message {j} has no valid"
                     " role/content"
                 )
-        outcome, _ = judge_game(history, row["target_word"], int(row["max_turns"]))
-        other = "defender" if role == "attacker" else "attacker"
+        outcome, _ = game.judge(history, row["target_word"], int(row["max_turns"]))
+        column = dict(zip(game.roles, PLAYER_COLUMNS, strict=True))
         games.append(
             dict(
                 word=row["target_word"], role=role, outcome=outcome,
-                model=row.get(f"{role}_model"), opponent=row.get(f"{other}_model"),
+                model=row.get(column[role]), opponent=row.get(column[other_role(game, role)]),
             )
         )  # fmt: skip
     return games, table
@@ -182,11 +173,12 @@ def evaluation_table(
     *,
     epoch: int | None = None,
     model_name: str | None = None,
+    game: Game = TABOO,
 ) -> dict[str, dict[str, int]]:
     """Judge the evaluation games in ``episodes_path`` and write the TSV table to ``output``."""
     from spag.data.tables import atomic_path
 
-    games, table = judged_games(episodes_path)
+    games, table = judged_games(episodes_path, game)
     if epoch is None:
         if "epoch" not in table.column_names:
             raise SpagInputError(f"{episodes_path}: no 'epoch' column; pass --epoch")
@@ -194,8 +186,8 @@ def evaluation_table(
     if model_name is None:
         model_name = evaluated_model(games, episodes_path)
     opponent = ",".join(sorted({g["opponent"] for g in games if g["opponent"] is not None}))
-    counts = tally((g["role"], g["outcome"]) for g in games)
+    counts = tally(((g["role"], g["outcome"]) for g in games), game)
     out = Path(output)
     with atomic_path(out, suffix=".tsv.tmp") as tmp:
-        tmp.write_text(format_table(counts, epoch, model_name, opponent), encoding="utf-8")
+        tmp.write_text(format_table(counts, epoch, model_name, opponent, game), encoding="utf-8")
     return counts

@@ -27,14 +27,15 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from spag.errors import SpagInputError
-from spag.evaluation.games import ROLES, game_result
-from spag.judge import ATTACKER_BROKE_RULES, ATTACKER_WINS, DEFENDER_WINS
+from spag.evaluation.games import game_result
+from spag.game.base import Game
+from spag.game.taboo import TABOO
 
-# metric -> whether a game counts, from (outcome, the role the evaluated model played)
-METRICS: dict[str, Callable[[str, str], bool]] = {
-    "win": lambda outcome, role: game_result(outcome, role) == "win",
-    "broke_rules": lambda outcome, role: outcome == ATTACKER_BROKE_RULES,
-    "decisive": lambda outcome, role: outcome in (ATTACKER_WINS, DEFENDER_WINS),
+# metric -> whether a game counts, from (game, outcome, the role the evaluated model played)
+METRICS: dict[str, Callable[[Game, str, str], bool]] = {
+    "win": lambda game, outcome, role: game_result(outcome, role, game) == "win",
+    "broke_rules": lambda game, outcome, role: game.rule_breaker(outcome) is not None,
+    "decisive": lambda game, outcome, role: game.winner(outcome) is not None,
 }
 PAIRED_COLUMNS = (
     "reference",
@@ -61,6 +62,7 @@ def paired_rows(
     names: tuple[str, str] = ("model", "reference"),
     resamples: int = RESAMPLES,
     seed: int = SEED,
+    game: Game = TABOO,
 ) -> dict[str, dict[str, float]]:
     """Paired differences per role and ``all`` (columns of :data:`PAIRED_COLUMNS` but
     ``reference``). ``games`` and ``reference`` are judged games (``word``, ``role``,
@@ -76,7 +78,7 @@ def paired_rows(
         )
     rng = np.random.default_rng(seed)
     rows: dict[str, dict[str, float]] = {}
-    for role in (*ROLES, "all"):
+    for role in (*game.roles, "all"):
         keys = sorted(k for k in mine if role in ("all", k[1]))
         words = sorted({w for w, _ in keys})
         index = {w: i for i, w in enumerate(words)}
@@ -84,8 +86,8 @@ def paired_rows(
         # one resample of words for every metric of this row
         draws = rng.integers(0, len(words), size=(resamples, len(words))) if words else None
         for metric, counts in METRICS.items():
-            x = {k: int(counts(mine[k], k[1])) for k in keys}
-            y = {k: int(counts(theirs[k], k[1])) for k in keys}
+            x = {k: int(counts(game, mine[k], k[1])) for k in keys}
+            y = {k: int(counts(game, theirs[k], k[1])) for k in keys}
             b = sum(x[k] and not y[k] for k in keys)
             c = sum(y[k] and not x[k] for k in keys)
             if not keys:
@@ -119,7 +121,7 @@ def _by_pair(games: Sequence[Mapping], name: str) -> dict[tuple[str, str], str]:
 
 
 def paired_table(
-    episodes: Sequence[str | os.PathLike], reference_model: str = "imitation"
+    episodes: Sequence[str | os.PathLike], reference_model: str = "imitation", game: Game = TABOO
 ) -> list[dict]:
     """Rows (``model``, ``role``, :data:`PAIRED_COLUMNS`) comparing every evaluated
     model in ``episodes`` with ``reference_model`` (one of them; none for it)."""
@@ -127,7 +129,7 @@ def paired_table(
 
     judged = {}
     for path in episodes:
-        games, _ = judged_games(path)
+        games, _ = judged_games(path, game)
         judged[evaluated_model(games, path)] = games
     if reference_model not in judged:
         raise SpagInputError(
@@ -138,7 +140,9 @@ def paired_table(
     for model, games in judged.items():
         if model == reference_model:
             continue
-        paired = paired_rows(games, judged[reference_model], names=(model, reference_model))
+        paired = paired_rows(
+            games, judged[reference_model], names=(model, reference_model), game=game
+        )
         for role, row in paired.items():
             rows.append({"model": model, "role": role, "reference": reference_model, **row})
     return rows

@@ -28,7 +28,8 @@ from spag.game.selfplay import GameSpec, GameState
 
 log = logging.getLogger(__name__)
 
-JOURNAL_VERSION = 1
+# 2: a game's players by role (GameSpec.players)
+JOURNAL_VERSION = 2
 
 
 def journal_path(output: str | os.PathLike) -> Path:

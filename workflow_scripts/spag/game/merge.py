@@ -7,13 +7,15 @@ from collections.abc import Mapping, Sequence
 
 import pyarrow as pa
 
-from spag.data.tables import OUTCOMES, atomic_path
+from spag.data.tables import atomic_path
 from spag.errors import SpagInputError
+from spag.game.base import Game
 from spag.game.episodes import judge_table, outcome_counts, read_episodes
+from spag.game.taboo import TABOO
 
 
 def merge_episode_files(
-    paths: Sequence[str | os.PathLike],
+    paths: Sequence[str | os.PathLike], game: Game = TABOO
 ) -> tuple[pa.Table, dict[str, int]]:
     """Concatenate shard files (extra columns kept, schemas unified) and judge every game.
 
@@ -25,7 +27,7 @@ def merge_episode_files(
     tables = []
     seen: dict[str, str] = {}
     for path in paths:
-        table = read_episodes(path)
+        table = read_episodes(path, game=game)
         for eid in table.column("episode_id").to_pylist():
             other = seen.setdefault(eid, str(path))
             if other != str(path):
@@ -37,18 +39,19 @@ def merge_episode_files(
         raise SpagInputError(
             f"shards {', '.join(map(str, paths))}: extra columns have incompatible types: {exc}"
         ) from exc
-    merged = judge_table(merged)
-    return merged, outcome_counts(merged.column("outcome"))
+    merged = judge_table(merged, game)
+    return merged, outcome_counts(merged.column("outcome"), game)
 
 
 def write_counts(
     counts: Mapping[str, int], path: str | os.PathLike, epoch: int | None = None
 ) -> None:
-    """Write one TSV row: ``[epoch]``, one column per outcome, ``total``."""
-    header = (["epoch"] if epoch is not None else []) + [*OUTCOMES, "total"]
+    """Write one TSV row: ``[epoch]``, one column per outcome (in ``counts``' order),
+    ``total``."""
+    header = (["epoch"] if epoch is not None else []) + [*counts, "total"]
     row = ([str(epoch)] if epoch is not None else []) + [
-        *(str(counts.get(o, 0)) for o in OUTCOMES),
-        str(sum(counts.get(o, 0) for o in OUTCOMES)),
+        *(str(n) for n in counts.values()),
+        str(sum(counts.values())),
     ]
     with atomic_path(path, suffix=".tsv.tmp") as tmp:
         tmp.write_text("\t".join(header) + "\n" + "\t".join(row) + "\n", encoding="utf-8")

@@ -48,6 +48,7 @@ class PlayConfig:
     )
     seed: int = opt(0, "run seed")
     epoch: int = opt(0, "epoch: part of the shard seed and of episode ids")
+    game: str = opt(GameSettings.name, "the game (config game.name)")
     max_turns: int = opt(GameSettings.max_turns, "turns per player")
     max_new_tokens: int = opt(Sampling.max_new_tokens, "tokens per reply at most")
     max_length: int | None = opt(
@@ -185,6 +186,7 @@ def engine_arguments(config: dict[str, Any], family: str) -> dict[str, Any]:
     s = config["selfplay"]
     options: dict[str, Any] = dict(
         backend=s["backend"],
+        game=config["game"]["name"],
         max_turns=config["game"]["max_turns"],
         prompt_format=config["game"]["prompt_format"],
         max_length=s["max_length"],
@@ -253,6 +255,7 @@ def teacher_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
         top_p=t["top_p"],
         top_k=t["top_k"],
         greedy=t["temperature"] == 0,
+        game=config["game"]["name"],
         max_turns=config["game"]["max_turns"],
     )
     if t["partner"]:

@@ -1,29 +1,57 @@
-"""Samples for training: rewards of self-play games and imitation data (docs/design.md section 3).
+"""Samples for training: rewards of self-play games and imitation data (docs/design.md
+section 3).
 
-The arithmetic mirrors the reference: the winner's k-th message gets the
-coefficient ``(1/decay)^k`` (built by repeated multiplication), divided by the
-sum over the winner's messages of that game, and each role's samples are
-weighted so that attacker and defender carry half of the total weight each.
+A reward scheme (config ``rewards.scheme``) turns one judged game into samples: which
+messages are learned from and with what reward. :data:`REWARD_SCHEMES` registers them;
+``winners`` is the paper's: the winner's k-th message gets the coefficient
+``(1/decay)^k`` (built by repeated multiplication), divided by the sum over the
+winner's messages of that game. Each role's samples are then weighted so that the
+roles carry half of the total weight each (``role_weights``).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from spag.data.columns import build_array
 from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
-from spag.game.episodes import FlatEpisodes, judge_flat_episodes, load_episodes
-from spag.game.prompts import Prompts, load_prompts
-from spag.judge import ATTACKER_WINS, DEFENDER_WINS
+from spag.game.base import Game
+from spag.game.episodes import Episode, load_episodes
+from spag.game.taboo import TABOO
 from spag.settings import config_options, opt, section
 
-_WINNER = {ATTACKER_WINS: "attacker", DEFENDER_WINS: "defender"}
+# A scheme: (game, episode, outcome, n, decay) -> [(message index, reward)], the
+# messages among the first n that become samples of their author's role.
+RewardScheme = Callable[[Game, Episode, str, int, float], list[tuple[int, float]]]
+
+
+def winners(
+    game: Game, episode: Episode, outcome: str, n: int, decay: float
+) -> list[tuple[int, float]]:
+    """The paper's scheme: the winner's messages of a decisive game, discounted and
+    normalised to sum to 1; nothing from ties and rule breaks."""
+    winner = game.winner(outcome)
+    if winner is None:
+        return []
+    turns = [k for k in range(n) if episode.history[k]["role"] == winner]
+    coeffs, coeff = [], 1.0
+    for _ in turns:
+        coeff *= 1.0 / decay
+        coeffs.append(coeff)
+    total = 0.0
+    for c in coeffs:
+        total += c
+    # The reference multiplies a total reward of 1.0 by the share.
+    return [(k, 1.0 * c / total) for k, c in zip(turns, coeffs, strict=True)]
+
+
+REWARD_SCHEMES: dict[str, RewardScheme] = {"winners": winners}
 
 
 @section("rewards")
@@ -31,111 +59,23 @@ _WINNER = {ATTACKER_WINS: "attacker", DEFENDER_WINS: "defender"}
 class RewardsSettings:
     """How self-play games are turned into rewards (config ``rewards``)."""
 
+    scheme: str = opt("winners", "reward scheme (spag.game.rewards.REWARD_SCHEMES)",
+                      choices=tuple(REWARD_SCHEMES))  # fmt: skip
     # The design's flag name (docs/design.md section 5) predates the config key.
     decay: float = opt(0.8, "reward decay", flag="decay_weight")
 
 
 def rewards_arguments(config: dict[str, Any]) -> dict[str, Any]:
-    """``spag assign-rewards``'s settings from a validated config (``{"decay_weight": 0.8}``);
-    the rule adds the files and the epoch's seed."""
+    """``spag assign-rewards``'s settings from a validated config (``{"decay_weight": 0.8,
+    "scheme": "winners"}``); the rule adds the files and the epoch's seed."""
     return config_options(RewardsSettings, config["rewards"])
 
 
-class _Columns:
-    """The sample table's columns, filled row by row as Python lists."""
-
-    def __init__(self) -> None:
-        self.type: list[str] = []
-        self.role: list[str | None] = []
-        self.episode_id: list[str | None] = []
-        self.turn: list[int | None] = []
-        self.query: list[str] = []
-        self.target: list[str] = []
-        self.reward: list[float] = []
-        self.weight: list[float] = []
-
-    def add_sft(self, queries: list[str], targets: list[str]) -> None:
-        n = len(queries)
-        self.type += ["sft"] * n
-        self.role += [None] * n
-        self.episode_id += [None] * n
-        self.turn += [None] * n
-        self.query += queries
-        self.target += targets
-        self.reward += [1.0] * n
-        self.weight += [1.0] * n
-
-    def table(self) -> pa.Table:
-        names = SAMPLE_SCHEMA.names
-        arrays = [
-            build_array(getattr(self, name), SAMPLE_SCHEMA.field(name).type) for name in names
-        ]
-        return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
-
-
-def _game_rows(
-    cols: _Columns,
-    flat: FlatEpisodes,
-    outcomes: list[str],
-    ns: list[int],
-    prompts: Prompts,
-    rand: Callable[[], float],
-    decay: float | None,
-) -> tuple[int, int]:
-    """Append the winner's messages of each decisive game; return (N_a, N_d).
-
-    With ``decay`` None every row gets reward 1.0 (imitation); otherwise the
-    discounted, per-game normalised rewards of section 3.
-    """
-    increase = 1.0 if decay is None else 1.0 / decay
-    build = prompts.training_prompt_from
-    roles, contents, offsets = flat.roles, flat.contents, flat.offsets
-    n_att = n_def = 0
-    for i, outcome in enumerate(outcomes):
-        winner = _WINNER.get(outcome)
-        if winner is None:
-            continue
-        if winner == "attacker":
-            n_att += 1
-        else:
-            n_def += 1
-        start = offsets[i]
-        word, max_turns, eid = flat.target_words[i], flat.max_turns[i], flat.episode_ids[i]
-        coeff = 1.0
-        coeffs = []
-        count = 0
-        for k in range(start, start + ns[i]):
-            if roles[k] != winner:
-                continue
-            count += 1
-            cols.query.append(
-                build(roles[start:k], contents[start:k], winner, word, max_turns, rand())
-            )
-            cols.target.append(contents[k].strip())
-            cols.turn.append(k - start)
-            coeff *= increase
-            coeffs.append(coeff)
-        cols.type += ["game"] * count
-        cols.role += [winner] * count
-        cols.episode_id += [eid] * count
-        if decay is None:
-            cols.reward += [1.0] * count
-        else:
-            total = 0.0
-            for c in coeffs:
-                total += c
-            # The reference multiplies a total reward of 1.0 by the share.
-            cols.reward += [1.0 * c / total for c in coeffs]
-    return n_att, n_def
-
-
-def role_weights(n_attacker_wins: int, n_defender_wins: int) -> dict[str, float]:
-    """Per-role sample weight: ``N / (2 N_role)``, 0 for a role that never won."""
-    n = n_attacker_wins + n_defender_wins
-    return {
-        "attacker": n / (2 * n_attacker_wins) if n_attacker_wins > 0 else 0.0,
-        "defender": n / (2 * n_defender_wins) if n_defender_wins > 0 else 0.0,
-    }
+def role_weights(wins: Mapping[str, int], game: Game = TABOO) -> dict[str, float]:
+    """Per-role sample weight: ``N / (2 N_role)`` with ``N_role`` the games whose
+    samples are that role's and N their sum; 0 for a role without samples."""
+    n = sum(wins.get(r, 0) for r in game.roles)
+    return {r: n / (2 * wins[r]) if wins.get(r, 0) > 0 else 0.0 for r in game.roles}
 
 
 def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
@@ -154,15 +94,72 @@ def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
+def _sft_rows(queries: list[str], targets: list[str]) -> list[dict[str, Any]]:
+    return [
+        dict(
+            type="sft",
+            role=None,
+            episode_id=None,
+            turn=None,
+            query=q,
+            target=t,
+            reward=1.0,
+            weight=1.0,
+        )  # fmt: skip
+        for q, t in zip(queries, targets, strict=True)
+    ]
+
+
+def _game_rows(
+    game: Game,
+    episodes: list[Episode],
+    prompts: Any,
+    rand: Callable[[], float],
+    scheme: RewardScheme,
+    decay: float,
+) -> tuple[list[dict[str, Any]], Counter, list[str]]:
+    """One loop over the games: judge each, let the scheme pick its samples, build their
+    randomised prompts. Returns the rows (weight unset), the games per role that gave
+    samples, and every game's outcome."""
+    rows: list[dict[str, Any]] = []
+    wins: Counter = Counter()
+    outcomes = []
+    for episode in episodes:
+        outcome, n = game.judge(episode.history, episode.secret, episode.max_turns)
+        outcomes.append(outcome)
+        picked = scheme(game, episode, outcome, n, decay)
+        for role in {episode.history[k]["role"] for k, _ in picked}:
+            wins[role] += 1
+        for k, reward in picked:
+            role = episode.history[k]["role"]
+            query = game.training_prompt(
+                prompts, episode.history[:k], role, episode.secret, episode.max_turns, rand()
+            )
+            rows.append(
+                dict(
+                    type="game",
+                    role=role,
+                    episode_id=episode.episode_id,
+                    turn=k,
+                    query=query,
+                    target=episode.history[k]["content"].strip(),
+                    reward=reward,
+                )  # fmt: skip
+            )
+    return rows, wins, outcomes
+
+
 def assign_rewards(
     episodes_table: pa.Table,
     *,
     decay: float,
     seed: int,
-    prompts: Prompts | None = None,
+    scheme: str = RewardsSettings.scheme,
+    prompts: Any = None,
     sft: pa.Table | None = None,
     source: str,
     sft_source: str = "sft data",
+    game: Game = TABOO,
 ) -> pa.Table:
     """Judge the episodes and build the samples table (``SAMPLE_SCHEMA``).
 
@@ -172,18 +169,29 @@ def assign_rewards(
     """
     if not decay > 0:
         raise SpagInputError(f"decay weight must be positive, got {decay}")
-    _, flat = load_episodes(episodes_table, source)
+    if scheme not in REWARD_SCHEMES:
+        raise SpagInputError(
+            f"rewards.scheme: unknown scheme {scheme!r} (known: {', '.join(REWARD_SCHEMES)})"
+        )
+    _, episodes = load_episodes(episodes_table, source, game=game)
     sft_cols = validate_sft(sft, sft_source) if sft is not None else None
-    prompts = prompts if prompts is not None else load_prompts()
-    outcomes, ns = judge_flat_episodes(flat)
-    cols = _Columns()
-    n_att, n_def = _game_rows(cols, flat, outcomes, ns, prompts, random.Random(seed).random, decay)
-    weights = role_weights(n_att, n_def)
-    w_att, w_def = weights["attacker"], weights["defender"]
-    cols.weight = [w_att if r == "attacker" else w_def for r in cols.role]
+    prompts = prompts if prompts is not None else game.load_prompts()
+    rows, wins, _ = _game_rows(
+        game, episodes, prompts, random.Random(seed).random, REWARD_SCHEMES[scheme], decay
+    )
+    weights = role_weights(wins, game)
+    for row in rows:
+        row["weight"] = weights[row["role"]]
     if sft_cols is not None:
-        cols.add_sft(*sft_cols)
-    return cols.table()
+        rows += _sft_rows(*sft_cols)
+    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+
+
+def _imitate(
+    game: Game, episode: Episode, outcome: str, n: int, decay: float
+) -> list[tuple[int, float]]:
+    # Imitation: the winner's messages, reward 1.0 each.
+    return [(k, 1.0) for k, _ in winners(game, episode, outcome, n, decay)]
 
 
 def imitation_samples(
@@ -191,10 +199,11 @@ def imitation_samples(
     instructions: pa.Table | None = None,
     *,
     seed: int,
-    prompts: Prompts | None = None,
+    prompts: Any = None,
     source: str,
     instructions_source: str = "instructions",
     both_roles_key: str | None = None,
+    game: Game = TABOO,
 ) -> pa.Table:
     """Imitation data: the winner's messages of decisive demonstration games
     (type ``game``, reward 1.0, weight 1.0, randomised prompts), then instruction
@@ -204,30 +213,29 @@ def imitation_samples(
     games won by only one role are refused naming it: M0 would never see the other
     role won.
     """
-    cols = _Columns()
+    rows: list[dict[str, Any]] = []
     if episodes_table is not None:
-        _, flat = load_episodes(episodes_table, source)
-        prompts = prompts if prompts is not None else load_prompts()
-        outcomes, ns = judge_flat_episodes(flat)
-        n_att, n_def = _game_rows(
-            cols, flat, outcomes, ns, prompts, random.Random(seed).random, None
+        _, episodes = load_episodes(episodes_table, source, game=game)
+        prompts = prompts if prompts is not None else game.load_prompts()
+        rows, wins, outcomes = _game_rows(
+            game, episodes, prompts, random.Random(seed).random, _imitate, 1.0
         )
-        if n_att + n_def == 0:
+        counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
+        if not wins:
             # Never a silent empty imitation set (e.g. a teacher whose games all tie).
-            counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
             raise SpagInputError(
                 f"{source}: no decisive game among {len(outcomes)} ({counts}): "
                 "no demonstrations to imitate"
             )
-        if both_roles_key and not (n_att and n_def):
-            missing = "attacker" if not n_att else "defender"
-            counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
+        missing = [r for r in game.roles if not wins.get(r)]
+        if both_roles_key and missing:
             raise SpagInputError(
-                f"{source}: no game won by the {missing} among {len(outcomes)} ({counts}): "
-                f"M0 would never imitate the {missing}; key '{both_roles_key}': play more "
+                f"{source}: no game won by the {missing[0]} among {len(outcomes)} ({counts}): "
+                f"M0 would never imitate the {missing[0]}; key '{both_roles_key}': play more "
                 "games per word, sample at another temperature, or choose a stronger player"
             )
-        cols.weight = [1.0] * len(cols.role)
+        for row in rows:
+            row["weight"] = 1.0
     if instructions is not None:
-        cols.add_sft(*validate_sft(instructions, instructions_source))
-    return cols.table()
+        rows += _sft_rows(*validate_sft(instructions, instructions_source))
+    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)

@@ -3,15 +3,11 @@
 All games of a shard advance together, message by message: at each step the
 prompts of every unfinished game are built, grouped by the model that speaks
 next, and sent to that model's backend as one batch. A game leaves the batch as
-soon as it ends:
-
-- the defender's message contains "i know the word" (any case), as the
-  research code stops;
-- the judge decides it (a decisive outcome or a rule break at the last message);
-- it reached 2T messages.
+soon as the game says it is over (:meth:`spag.game.base.Game.end_reason`; at the
+latest after 2T messages).
 
 Self-play games pair a model with itself; evaluation games pair it with an
-opponent, twice per word (model as attacker, then model as defender).
+opponent, twice per secret (the model in the first role, then in the second).
 """
 
 from __future__ import annotations
@@ -25,22 +21,16 @@ from typing import Any
 import pyarrow as pa
 
 from spag.data.tables import EPISODE_FIELDS
+from spag.game.base import Game
 from spag.game.settings import GameSettings
+from spag.game.taboo import TABOO
 from spag.generation.base import Backend, derive_seed
 from spag.generation.settings import Sampling
-from spag.judge import TIE, judge_game
 
 log = logging.getLogger(__name__)
 
-ROLES = ("attacker", "defender")
 POLICY = "policy"
 OPPONENT = "opponent"
-GUESS_MARK = "i know the word"
-
-# End reasons recorded per episode.
-END_GUESS = "guess"
-END_JUDGED = "judged"
-END_MAX_TURNS = "max_turns"
 
 METADATA_FIELDS = [
     pa.field("epoch", pa.int64()),
@@ -61,13 +51,16 @@ SHARD_SCHEMA = pa.schema([*EPISODE_FIELDS, *METADATA_FIELDS])
 
 @dataclass(frozen=True)
 class GameSpec:
-    """Who plays which game: ``attacker``/``defender`` are backend keys (policy/opponent)."""
+    """Who plays which game: ``players`` maps each role to a backend key (policy or
+    opponent; the policy plays every role not named); ``target_word`` is the secret."""
 
     episode_id: str
     target_word: str
-    attacker: str = POLICY
-    defender: str = POLICY
+    players: Mapping[str, str] = field(default_factory=dict)
     policy_role: str | None = None
+
+    def player(self, role: str) -> str:
+        return self.players.get(role, POLICY)
 
 
 @dataclass
@@ -108,36 +101,16 @@ def selfplay_specs(
     ]
 
 
-def evaluation_specs(words: Sequence[str], epoch: int, shard_index: int) -> list[GameSpec]:
-    """Two games per word against the opponent: the model attacks, then the model defends."""
+def evaluation_specs(
+    words: Sequence[str], epoch: int, shard_index: int, game: Game = TABOO
+) -> list[GameSpec]:
+    """Two games per secret against the opponent: the model in each role in turn."""
     specs = []
     for w in words:
-        specs.append(
-            GameSpec(
-                f"e{epoch}-eval-s{shard_index:03d}-{w}-attacker", w, POLICY, OPPONENT, "attacker"
-            )
-        )
-        specs.append(
-            GameSpec(
-                f"e{epoch}-eval-s{shard_index:03d}-{w}-defender", w, OPPONENT, POLICY, "defender"
-            )
-        )
+        for role in game.roles:
+            players = {r: POLICY if r == role else OPPONENT for r in game.roles}
+            specs.append(GameSpec(f"e{epoch}-eval-s{shard_index:03d}-{w}-{role}", w, players, role))
     return specs
-
-
-def end_reason(
-    history: Sequence[Mapping[str, str]], target_word: str, max_turns: int
-) -> str | None:
-    """Why the game is over after its last message, or None if it goes on."""
-    last = history[-1]
-    if last["role"] == "defender" and GUESS_MARK in last["content"].lower():
-        return END_GUESS
-    outcome, _ = judge_game(history, target_word, max_turns)
-    if outcome != TIE:
-        return END_JUDGED
-    if len(history) >= 2 * max_turns:
-        return END_MAX_TURNS
-    return None
 
 
 Progress = Callable[[int, int], None]  # (games finished since last call, tokens generated)
@@ -153,11 +126,12 @@ def play_games(
     *,
     done: Mapping[str, GameState] | None = None,
     on_finished: Finished | None = None,
+    game: Game = TABOO,
 ) -> list[GameState]:
     """Play all ``specs`` to the end, turn by turn in one batch; return them in spec order.
 
     ``backends`` maps the keys used in the specs (``policy``, ``opponent``) to
-    backends; ``prompts`` has ``play_prompt(history, role, target_word, max_turns)``.
+    backends; ``prompts`` are the game's (:meth:`Game.load_prompts`).
     Each generate call's seed derives from the settings' seed, the message index
     and the speaking model, and each game's from that and its id, so the same shard
     replays identically, whichever of its games play together. Games in ``done``
@@ -175,16 +149,16 @@ def play_games(
     for turn in range(max_messages):
         if not active:
             break
-        role = ROLES[turn % 2]
+        role = game.roles[turn % 2]
         groups: dict[str, list[GameState]] = {}
         for g in active:
-            groups.setdefault(getattr(g.spec, role), []).append(g)
+            groups.setdefault(g.spec.player(role), []).append(g)
         log.info("message %d/%d (%s): %d games playing", turn + 1, max_messages, role, len(active))
         turn_tokens = 0
         for key in sorted(groups):
             batch = groups[key]
             texts = [
-                prompts.play_prompt(g.history, role, g.spec.target_word, settings.max_turns)
+                game.play_prompt(prompts, g.history, role, g.spec.target_word, settings.max_turns)
                 for g in batch
             ]
             replies = backends[key].generate(
@@ -207,7 +181,7 @@ def play_games(
         total_tokens += turn_tokens
         still = []
         for g in active:
-            g.end_reason = end_reason(g.history, g.spec.target_word, settings.max_turns)
+            g.end_reason = game.end_reason(g.history, g.spec.target_word, settings.max_turns)
             if g.end_reason is None:
                 still.append(g)
             elif turn + 1 < max_messages:
@@ -247,8 +221,10 @@ def games_table(
     shard: int,
     seed: int,
     model_names: Mapping[str, str],
+    game: Game = TABOO,
 ) -> pa.Table:
-    """The shard table: episode contract columns plus metadata (schema :data:`SHARD_SCHEMA`)."""
+    """The shard table: episode contract columns plus metadata (schema :data:`SHARD_SCHEMA`);
+    ``attacker_model``/``defender_model`` name the players of the first and second role."""
     rows: dict[str, list] = {f.name: [] for f in SHARD_SCHEMA}
     for g in games:
         rows["episode_id"].append(g.spec.episode_id)
@@ -258,8 +234,8 @@ def games_table(
         rows["epoch"].append(epoch)
         rows["shard"].append(shard)
         rows["seed"].append(seed)
-        rows["attacker_model"].append(model_names[g.spec.attacker])
-        rows["defender_model"].append(model_names[g.spec.defender])
+        rows["attacker_model"].append(model_names[g.spec.player(game.roles[0])])
+        rows["defender_model"].append(model_names[g.spec.player(game.roles[1])])
         rows["policy_role"].append(g.spec.policy_role)
         rows["num_generated_tokens"].append(sum(g.message_tokens))
         rows["message_tokens"].append(list(g.message_tokens))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spag.game.base import GAMES
 from spag.models.rendering import PROMPT_FORMATS
 from spag.settings import opt, section
 
@@ -12,8 +13,9 @@ from spag.settings import opt, section
 @section("game")
 @dataclass(frozen=True, kw_only=True)
 class GameSettings:
-    """Adversarial Taboo as played in every step (docs/design.md sections 2 and 5)."""
+    """The game as played in every step (docs/design.md sections 2 and 5)."""
 
+    name: str = opt("taboo", "the game (spag.game.base.GAMES)", choices=tuple(GAMES))
     max_turns: int = opt(5, "turns per player: a game has at most 2 x max_turns messages")
     prompts: str = opt("data/prompts.yaml", "prompts YAML (the shipped texts by default)")
     prompt_format: str = opt(

@@ -30,6 +30,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from spag.data.tables import atomic_path, read_parquet  # noqa: E402
+from spag.game.base import Game  # noqa: E402
+from spag.game.taboo import TABOO  # noqa: E402
 from spag.report.inputs import (  # noqa: E402
     benchmark_seconds,
     check_columns,
@@ -39,14 +41,28 @@ from spag.report.inputs import (  # noqa: E402
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS  # noqa: E402
 
 __all__ = ["epoch_plots", "run_plots"]
-OUTCOME_COLORS = {
-    "attacker_wins": "#d62728",
-    "defender_wins": "#1f77b4",
-    "attacker_broke_rules": "#ff7f0e",
-    "tie": "#7f7f7f",
-}
-ROLE_COLORS = {"attacker": "#d62728", "defender": "#1f77b4", "all": "#2ca02c"}
-ROLE_LABELS = {"attacker": "as attacker", "defender": "as defender", "all": "both roles"}
+# Colours of a game's outcomes and roles, in their order (Taboo: attacker red,
+# defender blue, rule breaks orange, ties grey); both roles together green.
+PALETTE = ("#d62728", "#1f77b4", "#ff7f0e", "#7f7f7f", "#9467bd", "#8c564b")
+ALL_COLOR = "#2ca02c"
+
+
+def outcome_colors(game: Game) -> dict[str, str]:
+    return {o: PALETTE[i % len(PALETTE)] for i, o in enumerate(game.outcomes)}
+
+
+def role_colors(game: Game) -> dict[str, str]:
+    return {**{r: PALETTE[i] for i, r in enumerate(game.roles)}, "all": ALL_COLOR}
+
+
+def role_labels(game: Game) -> dict[str, str]:
+    return {**{r: f"as {r}" for r in game.roles}, "all": "both roles"}
+
+
+def role_offsets(game: Game) -> dict[str, float]:
+    return {game.roles[0]: -0.08, game.roles[1]: 0.08, "all": 0.0}
+
+
 WIN_RATE_COLUMNS = ["epoch", "model", "role", "win_rate", "win_rate_lo", "win_rate_hi"]
 FIGSIZE = (7.0, 4.2)
 DPI = 110
@@ -138,7 +154,9 @@ def plot_reasoning(reasoning: pd.DataFrame, path: str | os.PathLike) -> None:
     save(fig, path)
 
 
-def win_rate_table(summary: pd.DataFrame, eval_games: pd.DataFrame | None = None) -> pd.DataFrame:
+def win_rate_table(
+    summary: pd.DataFrame, eval_games: pd.DataFrame | None = None, game: Game = TABOO
+) -> pd.DataFrame:
     """Win rate and its 95% interval per model and role (columns :data:`WIN_RATE_COLUMNS`).
 
     From the run's evaluation games table (base model, M0 and every M(e); ``epoch``
@@ -154,7 +172,7 @@ def win_rate_table(summary: pd.DataFrame, eval_games: pd.DataFrame | None = None
     epochs = (
         summary["epoch"].astype(int) if "epoch" in summary.columns else pd.Series([], dtype=int)
     )
-    for role in ROLE_LABELS:
+    for role in role_labels(game):
         suffix = "" if role == "all" else f"_{role}"
         frames.append(
             pd.DataFrame(
@@ -173,7 +191,10 @@ def win_rate_table(summary: pd.DataFrame, eval_games: pd.DataFrame | None = None
 
 
 def plot_win_rates(
-    summary: pd.DataFrame, path: str | os.PathLike, eval_games: pd.DataFrame | None = None
+    summary: pd.DataFrame,
+    path: str | os.PathLike,
+    eval_games: pd.DataFrame | None = None,
+    game: Game = TABOO,
 ) -> None:
     """Win rate against the fixed opponent by model, per role, with 95% Wilson intervals.
 
@@ -182,14 +203,14 @@ def plot_win_rates(
     SPAG epoch has to beat (M0 against itself with the default opponent).
     """
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    table = win_rate_table(summary, eval_games)
+    table = win_rate_table(summary, eval_games, game)
     if table.empty or not _has(table["win_rate"]):
         no_data(ax, "no evaluation games")
     else:
         # Roles side by side, so that their error bars do not hide each other.
-        offsets = {"attacker": -0.08, "defender": 0.08, "all": 0.0}
+        offsets = role_offsets(game)
         handles = []
-        for role, label in ROLE_LABELS.items():
+        for role, label in role_labels(game).items():
             df = table[table["role"] == role].sort_values("epoch")
             y = df["win_rate"]
             if not _has(y):
@@ -203,7 +224,7 @@ def plot_win_rates(
                     yerr=[below, above],
                     marker="o",
                     capsize=3,
-                    color=ROLE_COLORS[role],
+                    color=role_colors(game)[role],
                     lw=2.4 if role == "all" else 1.4,
                     label=label,
                 )
@@ -211,7 +232,11 @@ def plot_win_rates(
             reference = y[df["epoch"] == 0].dropna()
             if len(reference):
                 ax.axhline(
-                    float(reference.iloc[0]), ls="--", lw=1, color=ROLE_COLORS[role], alpha=0.7
+                    float(reference.iloc[0]),
+                    ls="--",
+                    lw=1,
+                    color=role_colors(game)[role],
+                    alpha=0.7,
                 )
         if (table["epoch"] == 0).any():
             from matplotlib.lines import Line2D
@@ -237,7 +262,9 @@ def plot_win_rates(
     save(fig, path)
 
 
-def plot_paired(eval_games: pd.DataFrame | None, path: str | os.PathLike) -> None:
+def plot_paired(
+    eval_games: pd.DataFrame | None, path: str | os.PathLike, game: Game = TABOO
+) -> None:
     """Each model's rates minus the reference's (M0) on the same words and roles, per
     metric (panel) and role, with the paired 95% bootstrap intervals; zero: no change."""
     from spag.evaluation.paired import METRICS
@@ -246,14 +273,14 @@ def plot_paired(eval_games: pd.DataFrame | None, path: str | os.PathLike) -> Non
     table = eval_games if eval_games is not None else pd.DataFrame()
     has = not table.empty and "win_diff" in table.columns and _has(_numeric(table, "win_diff"))
     titles = {"win": "win rate", "broke_rules": "rule breaks", "decisive": "decisive games"}
-    offsets = {"attacker": -0.08, "defender": 0.08, "all": 0.0}
+    offsets = role_offsets(game)
     for ax, metric in zip(axes, METRICS, strict=True):
         ax.set_title(f"{titles[metric]}: model - M0")
         if not has:
             no_data(ax, "no paired evaluation games")
             continue
         orders = set()
-        for role, label in ROLE_LABELS.items():
+        for role, label in role_labels(game).items():
             df = table[table["role"] == role].assign(epoch=lambda d: _numeric(d, "epoch"))
             df = df[_numeric(df, f"{metric}_diff").notna()].sort_values("epoch")
             if df.empty:
@@ -262,7 +289,7 @@ def plot_paired(eval_games: pd.DataFrame | None, path: str | os.PathLike) -> Non
             below = (y - _numeric(df, f"{metric}_diff_lo")).clip(lower=0).fillna(0)
             above = (_numeric(df, f"{metric}_diff_hi") - y).clip(lower=0).fillna(0)
             ax.errorbar(df["epoch"] + offsets[role], y, yerr=[below, above], marker="o",
-                        capsize=3, ls="none", color=ROLE_COLORS[role], label=label)  # fmt: skip
+                        capsize=3, ls="none", color=role_colors(game)[role], label=label)  # fmt: skip
             orders.update(int(o) for o in df["epoch"])
         ax.axhline(0.0, color="#555555", lw=1)
         ax.set_xticks(sorted(orders), labels=[model_label(o) for o in sorted(orders)])
@@ -274,20 +301,18 @@ def plot_paired(eval_games: pd.DataFrame | None, path: str | os.PathLike) -> Non
     save(fig, path)
 
 
-def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike) -> None:
+def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike, game: Game = TABOO) -> None:
     """Share of each self-play outcome by epoch (stacked bars, game counts on top)."""
-    from spag.data.tables import OUTCOMES
-
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    fracs = {o: _numeric(summary, f"{o}_frac") for o in OUTCOMES}
+    fracs = {o: _numeric(summary, f"{o}_frac") for o in game.outcomes}
     if summary.empty or not any(_has(s) for s in fracs.values()):
         no_data(ax, "no self-play outcomes")
     else:
         epochs = summary["epoch"].astype(int)
         bottom = pd.Series(0.0, index=summary.index)
-        for o in OUTCOMES:
+        for o in game.outcomes:
             vals = fracs[o].fillna(0.0)
-            ax.bar(epochs, vals, bottom=bottom, color=OUTCOME_COLORS[o], label=o, width=0.6)
+            ax.bar(epochs, vals, bottom=bottom, color=outcome_colors(game)[o], label=o, width=0.6)
             bottom = bottom + vals
         games = _numeric(summary, "selfplay_games")
         for e, n in zip(epochs, games, strict=True):
@@ -301,36 +326,40 @@ def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike) -> None:
     save(fig, path)
 
 
-def plot_decisive(summary: pd.DataFrame, path: str | os.PathLike) -> None:
+def plot_decisive(summary: pd.DataFrame, path: str | os.PathLike, game: Game = TABOO) -> None:
     """Decisive games per epoch (bars, by winner) and the role weights (lines, right axis)."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    att, dfn = _numeric(summary, "attacker_wins"), _numeric(summary, "defender_wins")
-    if summary.empty or not (_has(att) or _has(dfn)):
+    # Games won by each role: the sum of the outcome columns the role wins.
+    wins = {
+        r: sum(_numeric(summary, o).fillna(0) for o in game.outcomes if game.winner(o) == r)
+        for r in game.roles
+    }
+    present = any(_has(_numeric(summary, o)) for o in game.outcomes if game.winner(o))
+    if summary.empty or not present:
         no_data(ax, "no self-play outcomes")
     else:
         epochs = summary["epoch"].astype(int)
-        ax.bar(
-            epochs - 0.15,
-            att.fillna(0),
-            width=0.3,
-            color=ROLE_COLORS["attacker"],
-            label="attacker wins",
-        )
-        ax.bar(
-            epochs + 0.15,
-            dfn.fillna(0),
-            width=0.3,
-            color=ROLE_COLORS["defender"],
-            label="defender wins",
-        )
+        for shift, role in zip((-0.15, 0.15), game.roles, strict=True):
+            ax.bar(
+                epochs + shift,
+                wins[role],
+                width=0.3,
+                color=role_colors(game)[role],
+                label=f"{role} wins",
+            )
         _epoch_axis(ax, epochs)
         ax.set_ylabel("decisive games")
         right = ax.twinx()
-        for role in ("attacker", "defender"):
+        for role in game.roles:
             w = _numeric(summary, f"{role}_weight")
             if _has(w):
                 right.plot(
-                    epochs, w, marker="s", ls="--", color=ROLE_COLORS[role], label=f"{role} weight"
+                    epochs,
+                    w,
+                    marker="s",
+                    ls="--",
+                    color=role_colors(game)[role],
+                    label=f"{role} weight",
                 )
         right.set_ylabel("role weight N / (2 N_role)")
         handles = ax.get_legend_handles_labels()
@@ -340,20 +369,24 @@ def plot_decisive(summary: pd.DataFrame, path: str | os.PathLike) -> None:
     save(fig, path)
 
 
-def plot_rewards(samples: Mapping[int, pd.DataFrame], path: str | os.PathLike) -> None:
+def plot_rewards(
+    samples: Mapping[int, pd.DataFrame], path: str | os.PathLike, game: Game = TABOO
+) -> None:
     """Reward distribution of game samples per epoch, attacker and defender side by side."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
     data, positions, colors = [], [], []
     epochs = sorted(samples)
     for e in epochs:
         df = samples[e]
-        game = df[df["type"] == "game"]
-        for k, role in enumerate(("attacker", "defender")):
-            vals = pd.to_numeric(game.loc[game["role"] == role, "reward"], errors="coerce").dropna()
+        played = df[df["type"] == "game"]
+        for k, role in enumerate(game.roles):
+            vals = pd.to_numeric(
+                played.loc[played["role"] == role, "reward"], errors="coerce"
+            ).dropna()
             if len(vals):
                 data.append(vals.to_numpy())
                 positions.append(e + (k - 0.5) * 0.35)
-                colors.append(ROLE_COLORS[role])
+                colors.append(role_colors(game)[role])
     if not data:
         no_data(ax, "no game samples (no decisive self-play game)")
     else:
@@ -367,9 +400,7 @@ def plot_rewards(samples: Mapping[int, pd.DataFrame], path: str | os.PathLike) -
         from matplotlib.patches import Patch
 
         ax.legend(
-            handles=[
-                Patch(color=ROLE_COLORS[r], alpha=0.6, label=r) for r in ("attacker", "defender")
-            ],
+            handles=[Patch(color=role_colors(game)[r], alpha=0.6, label=r) for r in game.roles],
             fontsize=8,
         )
         ax.grid(alpha=0.3, axis="y")
@@ -470,22 +501,24 @@ def plot_step_runtime(benchmarks: Mapping[str, str | os.PathLike], path: str | o
 
 
 # ------------------------------------------------------------------ epoch plots
-def plot_epoch_rewards(samples: pd.DataFrame, epoch: int, path: str | os.PathLike) -> None:
+def plot_epoch_rewards(
+    samples: pd.DataFrame, epoch: int, path: str | os.PathLike, game: Game = TABOO
+) -> None:
     """Histogram of one epoch's game-sample rewards, by role (weights in the legend)."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    game = samples[samples["type"] == "game"]
-    if game.empty:
+    played = samples[samples["type"] == "game"]
+    if played.empty:
         no_data(ax, "no game samples (no decisive self-play game)")
     else:
-        for role in ("attacker", "defender"):
-            sel = game[game["role"] == role]
+        for role in game.roles:
+            sel = played[played["role"] == role]
             if len(sel):
                 w = float(sel["weight"].iloc[0])
                 ax.hist(
                     sel["reward"].astype(float),
                     bins=20,
                     alpha=0.6,
-                    color=ROLE_COLORS[role],
+                    color=role_colors(game)[role],
                     label=f"{role}: {len(sel)} samples, weight {w:.3g}",
                 )
         ax.set_xlabel("reward per message")
@@ -526,10 +559,10 @@ def plot_epoch_training(loss: pd.DataFrame, epoch: int, path: str | os.PathLike)
     save(fig, path)
 
 
-def plot_epoch_game_lengths(episodes: pd.DataFrame, epoch: int, path: str | os.PathLike) -> None:
+def plot_epoch_game_lengths(
+    episodes: pd.DataFrame, epoch: int, path: str | os.PathLike, game: Game = TABOO
+) -> None:
     """How many messages the epoch's self-play games lasted, stacked by outcome."""
-    from spag.data.tables import OUTCOMES
-
     fig, ax = plt.subplots(figsize=FIGSIZE)
     if episodes.empty or "outcome" not in episodes.columns:
         no_data(ax, "no judged episodes")
@@ -538,10 +571,10 @@ def plot_epoch_game_lengths(episodes: pd.DataFrame, epoch: int, path: str | os.P
         top = int(lengths.max()) if _has(lengths) else 1
         xs = list(range(1, top + 1))
         bottom = [0] * len(xs)
-        for o in OUTCOMES:
+        for o in game.outcomes:
             counts = lengths[episodes["outcome"] == o].value_counts()
             ys = [int(counts.get(x, 0)) for x in xs]
-            ax.bar(xs, ys, bottom=bottom, color=OUTCOME_COLORS[o], label=o)
+            ax.bar(xs, ys, bottom=bottom, color=outcome_colors(game)[o], label=o)
             bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
         ax.set_xticks(xs)
         ax.set_xlabel("messages until the game was decided (n)")
@@ -561,6 +594,7 @@ def run_plots(
     losses: Mapping[str, str | os.PathLike] | None = None,
     benchmarks: Mapping[str, str | os.PathLike] | None = None,
     eval_games: str | os.PathLike | None = None,
+    game: Game = TABOO,
 ) -> list[Path]:
     """Write every plot of :data:`RUN_PLOTS` under ``output_dir``; return their paths.
 
@@ -585,11 +619,11 @@ def run_plots(
     benchmarks = benchmarks or {}
     jobs: dict[str, Callable[[Path], None]] = {
         "reasoning": lambda p: plot_reasoning(reasoning_df, p),
-        "eval_win_rates": lambda p: plot_win_rates(summary_df, p, games_df),
-        "eval_paired": lambda p: plot_paired(games_df, p),
-        "selfplay_outcomes": lambda p: plot_outcomes(summary_df, p),
-        "decisive_games": lambda p: plot_decisive(summary_df, p),
-        "rewards": lambda p: plot_rewards(sample_dfs, p),
+        "eval_win_rates": lambda p: plot_win_rates(summary_df, p, games_df, game),
+        "eval_paired": lambda p: plot_paired(games_df, p, game),
+        "selfplay_outcomes": lambda p: plot_outcomes(summary_df, p, game),
+        "decisive_games": lambda p: plot_decisive(summary_df, p, game),
+        "rewards": lambda p: plot_rewards(sample_dfs, p, game),
         "training_curves": lambda p: plot_training(loss_dfs, p),
         "generation_speed": lambda p: plot_generation_speed(summary_df, p),
         "step_runtime": lambda p: plot_step_runtime(benchmarks, p),
@@ -609,6 +643,7 @@ def epoch_plots(
     samples: str | os.PathLike,
     loss: str | os.PathLike,
     episodes: str | os.PathLike,
+    game: Game = TABOO,
 ) -> list[Path]:
     """Write every plot of :data:`EPOCH_PLOTS` for one epoch under ``output_dir``."""
     out = Path(output_dir)
@@ -618,9 +653,9 @@ def epoch_plots(
     cols = [c for c in ("outcome", "num_messages") if c in table.column_names]
     episodes_df = table.select(cols).to_pandas()
     jobs: dict[str, Callable[[Path], None]] = {
-        "rewards": lambda p: plot_epoch_rewards(samples_df, epoch, p),
+        "rewards": lambda p: plot_epoch_rewards(samples_df, epoch, p, game),
         "training": lambda p: plot_epoch_training(loss_df, epoch, p),
-        "game_lengths": lambda p: plot_epoch_game_lengths(episodes_df, epoch, p),
+        "game_lengths": lambda p: plot_epoch_game_lengths(episodes_df, epoch, p, game),
     }
     assert set(jobs) == {plot.key for plot in EPOCH_PLOTS.values()}
     written = []

@@ -28,61 +28,67 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spag.data.tables import OUTCOMES, atomic_path, read_parquet
+from spag.data.tables import atomic_path, read_parquet
 from spag.errors import SpagInputError
 from spag.evaluation.games import COLUMNS as EVAL_COLUMNS
 from spag.evaluation.games import COUNT_COLUMNS as EVAL_COUNTS
 from spag.evaluation.games import RATES as EVAL_RATES
 from spag.evaluation.games import rates as eval_rates
+from spag.game.base import Game
+from spag.game.taboo import TABOO
 from spag.models.names import model_order
 from spag.report.inputs import benchmark_seconds, check_columns, read_samples, read_tsv
 
 NAN = float("nan")
-ROLES = ("attacker", "defender")
-DECISIVE = ("attacker_wins", "defender_wins")
 BOUNDS = ("", "_lo", "_hi")  # a rate, then its 95% Wilson interval
-# Fixed leading columns of a summary row; reasoning_<task> columns follow.
-SUMMARY_COLUMNS = [
-    "epoch",
-    "selfplay_games",
-    *OUTCOMES,
-    *(f"{o}_frac" for o in OUTCOMES),
-    "decisive_games",
-    "decisive_frac",
-    "samples",
-    "game_samples",
-    "sft_samples",
-    "attacker_samples",
-    "defender_samples",
-    "attacker_weight",
-    "defender_weight",
-    "reward_mean",
-    "reward_std",
-    "reward_min",
-    "reward_median",
-    "reward_max",
-    "train_steps",
-    "loss_first",
-    "loss_final",
-    "loss_mean",
-    "kl_final",
-    "kl_mean",
-    "ratio_mean",
-    "clipped_frac_mean",
-    "train_tokens_per_s",
-    "eval_opponent",
-    "eval_games",
-    *(f"eval_{k}_rate_{r}{b}" for r in ROLES for k in EVAL_RATES for b in BOUNDS),
-    *(f"eval_{k}_rate{b}" for k in EVAL_RATES for b in BOUNDS),
-    "gen_games",
-    "gen_tokens",
-    "gen_tokens_per_game",
-    "gen_empty_replies",
-    "gen_truncated_replies",
-    "gen_seconds",
-    "gen_tokens_per_s",
-    "reasoning_gmean",
-]
+
+
+def summary_columns(game: Game = TABOO) -> list[str]:
+    """Fixed leading columns of a summary row, named by the game's outcomes and roles;
+    reasoning_<task> columns follow."""
+    outcomes, roles = game.outcomes, game.roles
+    return [
+        "epoch",
+        "selfplay_games",
+        *outcomes,
+        *(f"{o}_frac" for o in outcomes),
+        "decisive_games",
+        "decisive_frac",
+        "samples",
+        "game_samples",
+        "sft_samples",
+        *(f"{r}_samples" for r in roles),
+        *(f"{r}_weight" for r in roles),
+        "reward_mean",
+        "reward_std",
+        "reward_min",
+        "reward_median",
+        "reward_max",
+        "train_steps",
+        "loss_first",
+        "loss_final",
+        "loss_mean",
+        "kl_final",
+        "kl_mean",
+        "ratio_mean",
+        "clipped_frac_mean",
+        "train_tokens_per_s",
+        "eval_opponent",
+        "eval_games",
+        *(f"eval_{k}_rate_{r}{b}" for r in roles for k in EVAL_RATES for b in BOUNDS),
+        *(f"eval_{k}_rate{b}" for k in EVAL_RATES for b in BOUNDS),
+        "gen_games",
+        "gen_tokens",
+        "gen_tokens_per_game",
+        "gen_empty_replies",
+        "gen_truncated_replies",
+        "gen_seconds",
+        "gen_tokens_per_s",
+        "reasoning_gmean",
+    ]
+
+
+SUMMARY_COLUMNS = summary_columns()
 REASONING_COLUMNS = [
     "model",
     "epoch",
@@ -114,7 +120,7 @@ def _mean(values: Sequence[float]) -> float:
     return sum(vals) / len(vals) if vals else NAN
 
 
-def outcome_summary(path: str | os.PathLike) -> dict[str, Any]:
+def outcome_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any]:
     """Self-play outcome counts, shares and decisive games from ``outcomes.tsv``.
 
     Accepts the wide form (one column per outcome, one row) and the long form
@@ -126,42 +132,42 @@ def outcome_summary(path: str | os.PathLike) -> dict[str, Any]:
         count_col = next((c for c in ("count", "games", "n") if c in df.columns), None)
         if count_col is None:
             raise SpagInputError(f"{path}: long outcome table without a 'count' column")
-        for o in OUTCOMES:
+        for o in game.outcomes:
             counts[o] = float(df.loc[df["outcome"] == o, count_col].sum())
     else:
-        check_columns(df, OUTCOMES, path)
+        check_columns(df, game.outcomes, path)
         if len(df) == 0:
             raise SpagInputError(f"{path}: no row of outcome counts")
-        for o in OUTCOMES:
+        for o in game.outcomes:
             counts[o] = float(df[o].sum())
     total = sum(counts.values())
     row: dict[str, Any] = {"selfplay_games": int(total)}
-    for o in OUTCOMES:
+    for o in game.outcomes:
         row[o] = int(counts[o])
         row[f"{o}_frac"] = counts[o] / total if total else NAN
-    decisive = sum(counts[o] for o in DECISIVE)
+    decisive = sum(counts[o] for o in game.outcomes if game.winner(o) is not None)
     row["decisive_games"] = int(decisive)
     row["decisive_frac"] = decisive / total if total else NAN
     return row
 
 
-def sample_summary(path: str | os.PathLike) -> dict[str, Any]:
+def sample_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any]:
     """Sample counts per type and role, role weights and the game rewards' distribution."""
     import numpy as np
 
     df = read_samples(path)
-    game = df[df["type"] == "game"]
+    played = df[df["type"] == "game"]
     row: dict[str, Any] = {
         "samples": len(df),
-        "game_samples": len(game),
+        "game_samples": len(played),
         "sft_samples": int((df["type"] == "sft").sum()),
     }
-    for role in ROLES:
-        sel = game[game["role"] == role]
+    for role in game.roles:
+        sel = played[played["role"] == role]
         row[f"{role}_samples"] = len(sel)
         # Every sample of a role carries the same weight (N / 2 N_role).
         row[f"{role}_weight"] = float(sel["weight"].iloc[0]) if len(sel) else 0.0
-    rewards = game["reward"].to_numpy(dtype=float)
+    rewards = played["reward"].to_numpy(dtype=float)
     if rewards.size:
         row.update(
             reward_mean=float(rewards.mean()),
@@ -216,7 +222,7 @@ def _role_rates(r: Mapping[str, Any] | None) -> dict[str, float]:
     return {f"{k}_rate{b}": _num(r.get(f"{k}_rate{b}")) for k in EVAL_RATES for b in BOUNDS}
 
 
-def eval_summary(path: str | os.PathLike) -> dict[str, Any]:
+def eval_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any]:
     """Win / loss / tie / rule-break rates (with intervals) per role from ``eval/games.tsv``."""
     df = read_tsv(path, "evaluation games table")
     check_columns(df, ["role"], path)
@@ -225,7 +231,7 @@ def eval_summary(path: str | os.PathLike) -> dict[str, Any]:
         str(df["opponent"].iloc[0]) if "opponent" in df.columns and len(df) else ""
     )
     by_role = {str(r["role"]): r for _, r in df.iterrows()}
-    for role, suffix in (*((r, f"_{r}") for r in ROLES), ("all", "")):
+    for role, suffix in (*((r, f"_{r}") for r in game.roles), ("all", "")):
         values = _role_rates(by_role.get(role))
         for kind in EVAL_RATES:
             for b in BOUNDS:
@@ -234,7 +240,7 @@ def eval_summary(path: str | os.PathLike) -> dict[str, Any]:
         row["eval_games"] = int(_num(by_role["all"].get("games", 0)) or 0)
     else:
         row["eval_games"] = int(
-            sum(_num(by_role[r].get("games", 0)) for r in ROLES if r in by_role)
+            sum(_num(by_role[r].get("games", 0)) for r in game.roles if r in by_role)
         )
     return row
 
@@ -315,22 +321,23 @@ def epoch_summary(
     reasoning: str | os.PathLike,
     selfplay: Sequence[str | os.PathLike],
     selfplay_benchmarks: Sequence[str | os.PathLike] = (),
+    game: Game = TABOO,
 ) -> dict[str, Any]:
-    """The summary row of one epoch (columns :data:`SUMMARY_COLUMNS` + ``reasoning_<task>``)."""
+    """The summary row of one epoch (columns :func:`summary_columns` + ``reasoning_<task>``)."""
     row: dict[str, Any] = {"epoch": int(epoch)}
-    row.update(outcome_summary(outcomes))
-    row.update(sample_summary(samples))
+    row.update(outcome_summary(outcomes, game))
+    row.update(sample_summary(samples, game))
     row.update(loss_summary(loss))
-    row.update(eval_summary(eval_games))
+    row.update(eval_summary(eval_games, game))
     row.update(generation_summary(selfplay, selfplay_benchmarks))
     row.update(reasoning_row(reasoning))
     return row
 
 
-def ordered_columns(columns: Iterable[str]) -> list[str]:
-    """:data:`SUMMARY_COLUMNS` first (those present), then the others in their order."""
+def ordered_columns(columns: Iterable[str], game: Game = TABOO) -> list[str]:
+    """:func:`summary_columns` first (those present), then the others in their order."""
     cols = list(columns)
-    head = [c for c in SUMMARY_COLUMNS if c in cols]
+    head = [c for c in summary_columns(game) if c in cols]
     return head + [c for c in cols if c not in head]
 
 
@@ -340,15 +347,15 @@ def write_tsv(df, path: str | os.PathLike) -> None:
         df.to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
 
 
-def write_summary(row: Mapping[str, Any], path: str | os.PathLike) -> None:
+def write_summary(row: Mapping[str, Any], path: str | os.PathLike, game: Game = TABOO) -> None:
     """Write one epoch's summary row."""
     import pandas as pd
 
     df = pd.DataFrame([dict(row)])
-    write_tsv(df[ordered_columns(df.columns)], path)
+    write_tsv(df[ordered_columns(df.columns, game)], path)
 
 
-def collect_epochs(paths: Sequence[str | os.PathLike]):
+def collect_epochs(paths: Sequence[str | os.PathLike], game: Game = TABOO):
     """Stack per-epoch summary files into one table sorted by epoch."""
     import pandas as pd
 
@@ -361,7 +368,7 @@ def collect_epochs(paths: Sequence[str | os.PathLike]):
         raise SpagInputError("no epoch summary given")
     df = pd.concat(frames, ignore_index=True, sort=False)
     df = df.sort_values("epoch", kind="stable").reset_index(drop=True)
-    return df[ordered_columns(df.columns)]
+    return df[ordered_columns(df.columns, game)]
 
 
 def collect_reasoning(paths: Sequence[str | os.PathLike]):
@@ -413,7 +420,7 @@ def collect_reasoning(paths: Sequence[str | os.PathLike]):
     return df.drop(columns="_last").reset_index(drop=True)
 
 
-def collect_eval_games(paths: Sequence[str | os.PathLike]):
+def collect_eval_games(paths: Sequence[str | os.PathLike], game: Game = TABOO):
     """Stack evaluation games tables (``spag eval-games``) of several models, in run order.
 
     One row per model and role (columns of :data:`spag.evaluation.games.COLUMNS`);
@@ -422,7 +429,7 @@ def collect_eval_games(paths: Sequence[str | os.PathLike]):
     """
     import pandas as pd
 
-    role_order = {r: i for i, r in enumerate((*ROLES, "all"))}
+    role_order = {r: i for i, r in enumerate((*game.roles, "all"))}
     rows = []
     for p in paths:
         df = read_tsv(p, "evaluation games table")
@@ -451,7 +458,9 @@ def collect_eval_games(paths: Sequence[str | os.PathLike]):
     return df.drop(columns="_role").reset_index(drop=True)
 
 
-def add_paired(games, episodes: Sequence[str | os.PathLike], reference: str = "imitation"):
+def add_paired(
+    games, episodes: Sequence[str | os.PathLike], reference: str = "imitation", game: Game = TABOO
+):
     """The evaluation games table with each model's paired difference from
     ``reference`` per role (:data:`spag.evaluation.paired.PAIRED_COLUMNS`; empty on the
     reference's own rows), from the models' evaluation games (``episodes``)."""
@@ -460,7 +469,7 @@ def add_paired(games, episodes: Sequence[str | os.PathLike], reference: str = "i
     from spag.evaluation.paired import PAIRED_COLUMNS, paired_table
 
     paired = pd.DataFrame(
-        paired_table(episodes, reference), columns=["model", "role", *PAIRED_COLUMNS]
+        paired_table(episodes, reference, game), columns=["model", "role", *PAIRED_COLUMNS]
     )
     missing = set(games["model"]) - set(paired["model"]) - {reference}
     if missing:

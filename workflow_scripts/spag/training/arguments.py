@@ -17,7 +17,8 @@ from typing import Any
 from transformers import TrainingArguments
 
 from spag.settings import opt, req
-from spag.training.settings import METHOD_DEFAULTS, TrainConfig, argument_values
+from spag.training.objectives import OBJECTIVES
+from spag.training.settings import TrainConfig, argument_values
 
 
 @dataclass(kw_only=True)
@@ -25,10 +26,10 @@ class SpagTrainingArguments(TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
     from ``self.args``: the loss (docs/design.md section 4) and the batch order."""
 
-    method: str = req("loss", choices=tuple(METHOD_DEFAULTS))
+    method: str = req("the objective (spag.training.objectives)", choices=tuple(OBJECTIVES))
     kl_coeff: float = req("KL coefficient")
-    sft_coeff: float = req("weight of the SFT term (offline_po only)")
-    clip_eps: float = req("ratio clip range (offline_po only)")
+    sft_coeff: float = req("weight of the SFT term (offline_po)")
+    clip_eps: float = req("ratio clip range (offline_po)")
     group_by_length: bool = req("batches of similar length (the SFT/game mix kept)")
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
     remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")
@@ -36,8 +37,8 @@ class SpagTrainingArguments(TrainingArguments):
     disable_tqdm: bool = opt(True, "no progress bars")
 
     def __post_init__(self) -> None:
-        if self.method not in METHOD_DEFAULTS:
-            raise ValueError(f"unknown method {self.method!r}")
+        if self.method not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.method!r}")
         if self.activation_checkpointing and self.activation_checkpointing_kwargs is None:
             # The non-reentrant variant, the one torch recommends.
             self.activation_checkpointing_kwargs = {"use_reentrant": False}

@@ -174,7 +174,7 @@ def train(cfg: TrainConfig) -> Path:
         log.info("starting from step 0 (no complete checkpoint in %s)", cfg.checkpoint_dir)
     log.info(
         "training %s on %d samples (%d game, %d sft), %d rank(s)",
-        cfg.method,
+        cfg.objective,
         len(features),
         sum(not f["is_sft"] for f in features),
         sum(f["is_sft"] for f in features),

@@ -25,16 +25,13 @@ from spag.models.settings import ModelLoading
 from spag.settings import config_options, opt, req, section
 from spag.tracking import DEFAULT_DIR as DEFAULT_TRACKING_DIR
 from spag.tracking import ENV_PROJECT, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
+from spag.training.objectives import OBJECTIVES, coefficients, paper_defaults
 
-# The two losses (docs/design.md section 4): the research code's SFTwithKL and OfflinePO.
-SFT_KL, OFFLINE_PO = "sft_kl", "offline_po"
-# Which loss each pipeline stage trains with.
-STAGE_METHOD = {"imitation": SFT_KL, "spag": OFFLINE_PO}
-# The paper's settings that differ between the two losses.
-METHOD_DEFAULTS: dict[str, dict[str, float]] = {
-    SFT_KL: {"learning_rate": 5e-6, "kl_coeff": 0.1},
-    OFFLINE_PO: {"learning_rate": 2e-6, "kl_coeff": 0.2},
-}
+# The objectives by name (spag.training.objectives) and the paper's settings that
+# differ between them.
+METHOD_DEFAULTS: dict[str, dict[str, float]] = {name: paper_defaults(name) for name in OBJECTIVES}
+# Every objective's coefficients: a stage passes only its own objective's.
+COEFFICIENTS = {key for name in OBJECTIVES for key in coefficients(name)}
 # Settings that must be at least 1.
 POSITIVE = ("per_device_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps")
 
@@ -43,7 +40,16 @@ POSITIVE = ("per_device_batch_size", "gradient_accumulation_steps", "save_steps"
 class StageSettings:
     """Hyper-parameters of one training stage (config ``imitation`` / ``spag``)."""
 
-    learning_rate: float | None = opt(None, "peak learning rate (default: by method)")
+    # ``--method`` on the command line, ``method`` in the Trainer's arguments.
+    objective: str | None = opt(
+        None,
+        "the objective (spag.training.objectives.OBJECTIVES); default: the paper's for the "
+        "stage (imitation: sft_kl, spag: offline_po)",
+        choices=tuple(OBJECTIVES),
+        flag="method",
+        arg="method",
+    )
+    learning_rate: float | None = opt(None, "peak learning rate (default: by objective)")
     num_train_epochs: float = opt(1.0, "passes over the samples")
     max_steps: int = opt(-1, "optimizer steps; -1: as many as the epochs give")
     per_device_batch_size: int = opt(
@@ -69,16 +75,19 @@ class StageSettings:
     padding_free: bool = opt(
         True, "a micro-batch's samples packed in one row, attention per sample (no padding)"
     )
-    kl_coeff: float | None = opt(None, "KL coefficient (default: by method)")
-    sft_coeff: float = opt(0.5, "weight of the SFT term (offline_po only)")
-    clip_eps: float = opt(0.2, "ratio clip range (offline_po only)")
+    # The objectives' coefficients (spag.training.objectives; each reads its own).
+    kl_coeff: float | None = opt(None, "KL coefficient (default: by objective)")
+    sft_coeff: float = opt(
+        OBJECTIVES["offline_po"].sft_coeff, "weight of the SFT term (offline_po)"
+    )
+    clip_eps: float = opt(OBJECTIVES["offline_po"].clip_eps, "ratio clip range (offline_po)")
 
 
 @dataclass(kw_only=True)
 class TrainConfig(StageSettings):
-    """One ``spag train`` job: its files and method, the run-wide keys and the stage's settings."""
+    """One ``spag train`` job: its files, the run-wide keys and the stage's settings
+    (its objective among them)."""
 
-    method: str = req("loss", choices=tuple(METHOD_DEFAULTS))
     model: str = req("init model folder")
     samples: str = req("scored samples Parquet (with ref_logprob)")
     output: str = req("model folder to write")
@@ -125,12 +134,12 @@ class TrainConfig(StageSettings):
     stage: str = opt("train", "this stage's name in trackers (imitation, epoch1, ...)")
 
     def __post_init__(self) -> None:
-        if self.method not in METHOD_DEFAULTS:
+        if self.objective not in OBJECTIVES:
             raise SpagInputError(
-                f"--method must be one of {', '.join(METHOD_DEFAULTS)}, got {self.method!r}"
+                f"--method must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
             )
-        # The learning rate and KL coefficient the method implies where they are unset.
-        for key, value in METHOD_DEFAULTS[self.method].items():
+        # The learning rate and KL coefficient the objective implies where they are unset.
+        for key, value in METHOD_DEFAULTS[self.objective].items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
         for name in POSITIVE:
@@ -167,11 +176,11 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
     turned off becomes ``no_<name>``. Settings equal to the default are passed too,
     so the job's command line shows every value it trains with.
     """
-    method = STAGE_METHOD[stage]
-    options: dict[str, Any] = {"method": method}
+    objective = config[stage]["objective"]
+    options: dict[str, Any] = {}
     for key, value in config_options(StageSettings, config[stage]).items():
-        if key in ("sft_coeff", "clip_eps") and method != OFFLINE_PO:
-            continue
+        if key in COEFFICIENTS and key not in coefficients(objective):
+            continue  # another objective's coefficient
         options[key] = value
     # The run-wide keys (fields with a ``key``); every other field is absent from {}.
     options.update(config_options(TrainConfig, {}, config=config))

@@ -20,10 +20,9 @@ from transformers import Trainer, TrainerCallback
 
 from spag.errors import SpagRunError
 from spag.training.collate import LengthGroupedSampler
-from spag.training.losses import offline_po_loss, sft_with_kl_loss
+from spag.training.objectives import OBJECTIVES, build_objective
 from spag.training.packing import packed_sequence_logprobs
 from spag.training.scoring import model_sequence_logprobs
-from spag.training.settings import OFFLINE_PO, SFT_KL
 
 # Per-sample columns the loss reads in float32 whatever the model's dtype: under
 # DeepSpeed the Trainer casts every floating input to the engine's dtype, and a
@@ -61,6 +60,8 @@ class SpagTrainer(Trainer):
         # accumulation steps, as for any loss that does not count tokens itself.
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
+        # The loss by name, its coefficients from the arguments (spag.training.objectives).
+        self.objective = build_objective(self.args.method, self.args)
         self._reset_stats()
         self.add_callback(_StatsClock(self))
 
@@ -71,8 +72,8 @@ class SpagTrainer(Trainer):
             return super()._get_train_sampler(dataset)
         lengths = self.lengths if self.lengths is not None else dataset.lengths
         is_sft = None
-        if self.args.method == OFFLINE_PO:
-            # OfflinePO divides each term by its count in the micro-batch: batches must keep
+        if OBJECTIVES[self.args.method].mixes_types:
+            # The loss divides each term by its count in the micro-batch: batches must keep
             # the SFT/game mix of random batches, so lengths are grouped within each type.
             is_sft = dataset.is_sft
         return LengthGroupedSampler(
@@ -100,25 +101,7 @@ class SpagTrainer(Trainer):
         # The loss in float32 (both log-prob paths return it; the side columns stay it).
         lp = self.policy_logprobs(model, inputs).float()
         ref = inputs["ref_logprob"].float()
-        weight = inputs["weight"].float()
-        if self.args.method == SFT_KL:
-            loss, stats = sft_with_kl_loss(lp, ref, weight, self.args.kl_coeff)
-            # Counted for the log only: imitation treats every row alike.
-            is_sft = inputs["is_sft"].bool()
-            stats["n_sft"] = is_sft.sum().to(torch.float32)
-            stats["n_game"] = (~is_sft).sum().to(torch.float32)
-            stats["clipped"] = torch.zeros_like(stats["count"])
-        else:
-            loss, stats = offline_po_loss(
-                lp,
-                ref,
-                inputs["reward"].float(),
-                weight,
-                inputs["is_sft"],
-                self.args.kl_coeff,
-                self.args.sft_coeff,
-                self.args.clip_eps,
-            )
+        loss, stats = self.objective.loss(lp, ref, inputs)
         if "attention_mask" in inputs:
             mask = inputs["attention_mask"]
             stats["tokens"] = mask.sum().to(torch.float32)
