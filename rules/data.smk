@@ -3,7 +3,7 @@
 # rule          spag step                 package module (spag.)
 # target_words  target-words              commands/target_words.py, data/words.py
 # base_model    build-tiny-model (tiny)   commands/build_tiny_model.py, models/tiny.py
-#               prepare-base-model        commands/prepare_base_model.py, models/base_model.py
+#               prepare-base-model        commands/prepare_base_model.py, ops/base_model.py
 # sft_data      prepare-sft               commands/prepare_sft.py, data/formats.py
 
 TINY_BASE = (

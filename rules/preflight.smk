@@ -1,6 +1,6 @@
 # Preflight: `snakemake preflight` (with or without --profile slurm) submits one short
 # job per rule family, exactly like the family's real jobs (resources, environment,
-# launch prefix), and prints one table of what each found (spag.preflight). It runs
+# launch prefix), and prints one table of what each found (spag.ops.preflight). It runs
 # every time it is asked for: the family reports are temporary inputs that
 # `spag preflight-report` moves to results/preflight/<family>.json.
 #

@@ -1,8 +1,8 @@
 # The preflight's jobs, one per family of jobs: the family, its conda environment, its
 # launch prefix and the flags of `spag preflight`. Included by preflight.smk; no rules.
 
-from spag.cluster import threads_per_rank
-from spag.device import family_device
+from spag.ops.cluster import threads_per_rank
+from spag.ops.device import family_device
 from spag.generation.openai_backend import is_endpoint_spec
 
 

@@ -10,11 +10,11 @@
 
 from pathlib import Path
 
-from spag.provenance import git_info
+from spag.ops.provenance import git_info
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
-from spag.tracking import config_digest
+from spag.ops.tracking import config_digest
 
-# What produced the results, on the summary tables (spag.provenance).
+# What produced the results, on the summary tables (spag.ops.provenance).
 _git = git_info(workflow.basedir)
 PROJECT_COMMIT = (
     f"{_git['commit'][:12]}{'-dirty' if _git['dirty'] else ''}" if _git else "unknown"

@@ -1,9 +1,9 @@
 # How jobs run and what they are told: resources, threads and conda environment of each
 # rule family (config `resources.<family>`), the training launcher, and the command-line
-# flags that rules pass to `spag` (spag.cluster and each step's settings declaration).
+# flags that rules pass to `spag` (spag.ops.cluster and each step's settings declaration).
 # No rules.
 
-from spag.cluster import family_resources, torchrun_prefix
+from spag.ops.cluster import family_resources, torchrun_prefix
 from spag.data.words import words_arguments
 from spag.evaluation.reasoning import reasoning_arguments
 from spag.game.play_settings import (
@@ -27,7 +27,7 @@ def job_resources(kind):
     """Resources of one rule family (config `resources.<kind>`), for SLURM and local runs.
 
     Memory and run time grow with the attempt up to the family's ceilings; the SLURM
-    request shapes are in spag.cluster.family_resources.
+    request shapes are in spag.ops.cluster.family_resources.
     """
     return family_resources(config["resources"][kind], where=f"resources.{kind}")
 

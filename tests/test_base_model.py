@@ -10,7 +10,7 @@ import pytest
 
 from spag.cli import main
 from spag.errors import SpagInputError
-from spag.models.base_model import check_model_folder, download_hub_model, prepare_base_model
+from spag.ops.base_model import check_model_folder, download_hub_model, prepare_base_model
 
 
 def fake_model(folder: Path, weights: str = "model.safetensors", **config) -> Path:
@@ -33,7 +33,7 @@ def test_local_folder_is_linked_atomically(tmp_path):
     src2 = fake_model(tmp_path / "src2")
     prepare_base_model(str(src2), out)
     assert os.readlink(out) == str(src2.resolve())
-    # beside it only the job record of the first build (spag.provenance)
+    # beside it only the job record of the first build (spag.ops.provenance)
     assert sorted(p.name for p in out.parent.iterdir()) == ["base_model", "base_model.job.json"]
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from spag.device import driver_cuda_version, family_device, select_device
 from spag.errors import SpagInputError
+from spag.ops.device import driver_cuda_version, family_device, select_device
 
 torch = pytest.importorskip("torch")
 NO_CUDA = not torch.cuda.is_available()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from workflow_utils import deep_merge
 
-from spag.cluster import (
+from spag.ops.cluster import (
     DEFAULT_GROWTH_CAP,
     RDZV_PORT,
     ceiling,

@@ -22,7 +22,7 @@ import pytest
 
 from spag.generation.openai_backend import OpenAIBackend
 from spag.generation.settings import Sampling
-from spag.models.base_model import packaged_model_file
+from spag.ops.base_model import packaged_model_file
 
 ALIAS = "smollm2"
 START_TIMEOUT_S = 180
@@ -143,7 +143,7 @@ def test_teacher_games_through_the_completions_api(server, words, tmp_path):
 
 
 def test_preflight_lists_the_servers_model(server):
-    from spag.preflight import FamilyPlan, run_checks
+    from spag.ops.preflight import FamilyPlan, run_checks
 
     (row,) = [r for r in run_checks(FamilyPlan(family="teacher", endpoints=[_spec(server)]))
               if r.check == "endpoint"]  # fmt: skip

@@ -8,7 +8,7 @@ import pytest
 from fake_endpoint import FakeEndpoint
 from workflow_utils import make_workdir, snakemake
 
-from spag.preflight import FAIL, FamilyPlan, Row, collect, run_checks, write_report
+from spag.ops.preflight import FAIL, FamilyPlan, Row, collect, run_checks, write_report
 
 UNITS = {"selfplay", "train", "score", "evaluate", "reasoning", "cpu"}
 
@@ -276,7 +276,7 @@ def test_engine_capacity_of_llama2_7b_by_hand():
     6,738,415,616 parameters = 12.55 GiB. At 0.9 of 80 GiB: 72 - 12.55 - 2 (reserve)
     = 57.45 GiB = 117,656 tokens, 7,353 blocks of 16, 57 games of 128 blocks; at 0.9
     of 40 GiB: 21.45 GiB = 43,928 tokens, 21 games."""
-    from spag.generation.capacity import engine_capacity, kv_bytes_per_token, parameter_count
+    from spag.ops.capacity import engine_capacity, kv_bytes_per_token, parameter_count
 
     assert kv_bytes_per_token(LLAMA2_7B, 2) == 512 * 1024
     assert parameter_count(LLAMA2_7B) == 6_738_415_616
@@ -291,7 +291,7 @@ def test_engine_capacity_of_llama2_7b_by_hand():
 
 
 def test_a_batch_above_the_engine_capacity_is_a_warning(tmp_path):
-    from spag.preflight import _capacity_row
+    from spag.ops.preflight import _capacity_row
 
     (tmp_path / "config.json").write_text(json.dumps(LLAMA2_7B))
     plan = FamilyPlan(family="selfplay", backend="vllm", model=str(tmp_path), max_length=2048,

@@ -11,7 +11,7 @@ import pytest
 
 from spag.errors import SpagInputError
 from spag.generation import Sampling, load_backend
-from spag.models.base_model import (
+from spag.ops.base_model import (
     PACKAGED_MODELS,
     check_gguf,
     packaged_model_file,

@@ -110,7 +110,7 @@ def test_the_run_is_tracked_and_its_provenance_recorded(tiny_run):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from spag.config import validate_config
-    from spag.tracking import config_digest
+    from spag.ops.tracking import config_digest
 
     info = json.loads((tiny_run / "results" / "run_info.json").read_text())
     config = info["config"]

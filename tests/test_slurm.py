@@ -509,7 +509,7 @@ def test_multinode_launcher_runs_in_an_allocation(cluster, tmp_path):
     inner step asks for the node's CPUs and GPUs itself (the rule's environment has no
     SLURM_* left), and each rank gets its share of the CPUs as OMP_NUM_THREADS.
     """
-    from spag.cluster import srun_torchrun_prefix
+    from spag.ops.cluster import srun_torchrun_prefix
 
     torchrun = Path(sys.executable).with_name("torchrun")
     if not torchrun.exists():

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 from conftest import REPO
 
-from spag.status import format_status, run_status
+from spag.ops.status import format_status, run_status
 
 LOSS_HEADER = "step\tepoch\tloss\tkl\tlearning_rate\n"
 

@@ -17,7 +17,7 @@ from tracker_readers import mlflow_history, trackio_logs, wandb_run
 
 from spag.config import validate_config
 from spag.errors import SpagInputError
-from spag.tracking import (
+from spag.ops.tracking import (
     check_trackers_available,
     config_digest,
     log_loop_figures,
@@ -93,7 +93,7 @@ def test_loop_figures_read_back_one_point_per_epoch(tmp_path):
 _LOOP = (
     "import json, logging, sys\n"
     "logging.basicConfig(level=logging.WARNING)\n"
-    "from spag.tracking import log_loop_figures\n"
+    "from spag.ops.tracking import log_loop_figures\n"
     "row, epoch, names, folder = json.loads(sys.argv[1])\n"
     "print(json.dumps(log_loop_figures(row, epoch, names, folder, 'proj', 'run-ab12cd34')))\n"
 )

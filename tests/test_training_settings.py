@@ -10,8 +10,8 @@ import pytest
 
 from spag.commands import score_ref
 from spag.config import load_schema, validate_config
-from spag.device import family_device
 from spag.errors import SpagInputError
+from spag.ops.device import family_device
 from spag.settings import add_arguments, cli_flags, from_arguments
 from spag.training.objectives import STAGE_OBJECTIVE
 from spag.training.settings import (

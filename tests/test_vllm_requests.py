@@ -126,7 +126,7 @@ def torch_claiming_cuda(monkeypatch):
     cannot use CUDA."""
     import torch
 
-    import spag.device as device
+    import spag.ops.device as device
 
     cuinit: list[str] = []
 
@@ -188,7 +188,7 @@ def test_a_vllm_shard_starts_its_engine_with_no_cuda_in_the_job_process(
 def test_a_driver_older_than_the_build_is_named_with_its_minimum(
     torch_claiming_cuda, monkeypatch, probe
 ):
-    import spag.device as device
+    import spag.ops.device as device
     from spag.errors import SpagInputError
 
     monkeypatch.setattr(device, "driver_cuda_version", lambda: "12.4")
@@ -202,7 +202,7 @@ def test_a_driver_older_than_the_build_is_named_with_its_minimum(
 
 
 def test_no_visible_gpu_is_refused_without_initialising_cuda(torch_claiming_cuda, monkeypatch):
-    import spag.device as device
+    import spag.ops.device as device
 
     monkeypatch.setattr(device, "nvml_device_count", lambda: 0)
     assert "no GPU is visible" in device.cuda_problem(probe=False)

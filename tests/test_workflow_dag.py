@@ -196,7 +196,7 @@ def test_report_tables_and_plots_take_every_model(workdir):
         ({"bogus": 1}, "bogus"),
         ({"epochs": 0}, "epochs"),
         ({"selfplay": {"backend": "tgi"}}, "selfplay.backend"),
-        # refused by spag.cluster.family_resources when the rules are parsed
+        # refused by spag.ops.cluster.family_resources when the rules are parsed
         ({"resources": {"train": {"mem_mb": 5000, "max_mem_mb": 1000}}}, "train.max_mem_mb"),
         ({"resources": {"selfplay": {"slurm_extra": "--qos=high"}}}, "resources.selfplay.qos"),
         # more words than the source gives (spag.config.check_word_source)

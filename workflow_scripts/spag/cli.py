@@ -15,8 +15,8 @@ import logging
 import sys
 import time
 
-from spag.allocator import keep_freed_memory
 from spag.errors import SpagInputError, SpagRunError
+from spag.ops.allocator import keep_freed_memory
 
 # Errors of the storage, not of the program: reported as one line naming the file.
 _STORAGE_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # Before the step allocates: freed buffers stay for reuse (see spag.allocator).
+    # Before the step allocates: freed buffers stay for reuse (see spag.ops.allocator).
     keep_freed_memory()
     started = time.time()
     try:
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _record_job(args: argparse.Namespace, started: float) -> None:
-    """The finished step's job record beside its output (spag.provenance)."""
-    from spag.provenance import OUTPUT_FLAGS, UNRECORDED_STEPS, write_job_record
+    """The finished step's job record beside its output (spag.ops.provenance)."""
+    from spag.ops.provenance import OUTPUT_FLAGS, UNRECORDED_STEPS, write_job_record
 
     output = next((getattr(args, f) for f in OUTPUT_FLAGS if getattr(args, f, None)), None)
     if output is None or args.command in UNRECORDED_STEPS:

@@ -174,7 +174,7 @@ def check_run_inputs(config: dict[str, Any]) -> None:
     with ``game.prompt_format: chat``, a chat template where it can be known now
     (a hub model is checked by its first job).
     """
-    from spag.models.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file
+    from spag.ops.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file
 
     base = config["base_model"]
     name = base["name_or_path"]

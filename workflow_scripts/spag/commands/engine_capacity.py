@@ -1,14 +1,14 @@
 """``spag engine-capacity``: how many games of ``max_length`` tokens one vLLM engine holds
 at once on each GPU family, from the model's ``config.json`` (see
-:mod:`spag.generation.capacity`), and whether ``--batch-size`` exceeds it."""
+:mod:`spag.ops.capacity`), and whether ``--batch-size`` exceeds it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
-from spag.generation.capacity import GPU_FAMILIES, engine_capacity, model_config
 from spag.generation.settings import DTYPES, SelfplaySettings
+from spag.ops.capacity import GPU_FAMILIES, engine_capacity, model_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from spag.device import select_device
 from spag.game.play_settings import PlayConfig
+from spag.ops.device import select_device
 from spag.settings import add_arguments as add_setting_arguments
 from spag.settings import from_arguments
 
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
     journal, done = None, {}
     if not c.no_journal:
-        from spag.game.journal import GameJournal, journal_path
+        from spag.ops.journal import GameJournal, journal_path
 
         journal = GameJournal(journal_path(c.output), _journal_key(args, words))
         done = journal.load()
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         local_engines = (not model_endpoint) + bool(c.opponent and not endpoint)
         # Before a model is loaded: a GPU job without working CUDA stops here.
         # vLLM's engine process takes the GPU: nothing here may initialise CUDA before
-        # it starts (probe=False checks by NVML; see spag.device.cuda_problem).
+        # it starts (probe=False checks by NVML; see spag.ops.device.cuda_problem).
         device = (
             select_device(c.device, "spag play", probe=c.backend != "vllm")
             if local_engines
@@ -240,8 +240,8 @@ def _journal_key(args: argparse.Namespace, words: list[str]) -> str:
     import hashlib
 
     from spag.game.base import load_game
-    from spag.game.journal import fingerprint
     from spag.generation.openai_backend import is_endpoint_spec
+    from spag.ops.journal import fingerprint
     from spag.training.scoring import model_identity
 
     parts = {

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from spag.device import DEVICES
 from spag.generation.settings import SelfplaySettings
+from spag.ops.device import DEVICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spag.preflight import FamilyPlan, gather_rows, run_checks, write_report
+    from spag.ops.preflight import FamilyPlan, gather_rows, run_checks, write_report
 
     plan = FamilyPlan(
         family=args.family,

@@ -12,7 +12,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spag.preflight import collect
+    from spag.ops.preflight import collect
 
     table, failed = collect(args.inputs, args.output_dir)
     print(table)

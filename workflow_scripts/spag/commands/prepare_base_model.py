@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from spag.models.base_model import prepare_base_model
+    from spag.ops.base_model import prepare_base_model
 
     prepare_base_model(
         args.name_or_path,

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 
-from spag.provenance import ENV_CONFIG
+from spag.ops.provenance import ENV_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from spag.data.tables import atomic_path
     from spag.errors import SpagInputError
-    from spag.provenance import git_info, host_info, read_job_records
-    from spag.tracking import config_digest
+    from spag.ops.provenance import git_info, host_info, read_job_records
+    from spag.ops.tracking import config_digest
 
     if not args.config_json:
         raise SpagInputError(f"--config-json not given and {ENV_CONFIG} not set")

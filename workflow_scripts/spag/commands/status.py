@@ -1,4 +1,4 @@
-"""``spag status``: where the run in this folder stands (see :mod:`spag.status`)."""
+"""``spag status``: where the run in this folder stands (see :mod:`spag.ops.status`)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     from spag.config import validate_config
     from spag.errors import SpagInputError
-    from spag.status import format_status, require_run, run_status
+    from spag.ops.status import format_status, require_run, run_status
 
     root = Path(args.directory)
     require_run(root)  # before the config files: their absence would be the lesser news

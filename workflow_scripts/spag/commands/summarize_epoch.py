@@ -18,7 +18,7 @@ import logging
 import os
 
 from spag.game.settings import GameSettings
-from spag.tracking import (
+from spag.ops.tracking import (
     DEFAULT_DIR,
     ENV_PROJECT,
     ENV_REPORT_TO,
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--output", required=True, help="summary TSV (one row)")
     p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
-    # Set by the workflow through the environment (spag.tracking), like spag train's.
+    # Set by the workflow through the environment (spag.ops.tracking), like spag train's.
     p.add_argument(
         "--report-to",
         default=os.environ.get(ENV_REPORT_TO, "none"),
@@ -72,8 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spag.game.base import load_game
+    from spag.ops.tracking import log_loop_figures, parse_report_to
     from spag.report.summary import epoch_summary, write_summary
-    from spag.tracking import log_loop_figures, parse_report_to
 
     game = load_game(args.game)
     row = epoch_summary(

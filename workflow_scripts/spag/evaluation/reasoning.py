@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from spag.data.tables import atomic_path
-from spag.device import family_device
 from spag.errors import SpagInputError
+from spag.ops import family_device
 from spag.settings import config_options, opt, section
 
 log = logging.getLogger(__name__)
@@ -223,7 +223,7 @@ def evaluate_model(
     Checks the model folder and the task names first, so that a mistake is reported
     in one clear line before any model is loaded.
     """
-    from spag.device import DEVICES, select_device
+    from spag.ops import DEVICES, select_device
 
     # Before anything is loaded: a GPU job without working CUDA stops here.
     if device is None or device in DEVICES:

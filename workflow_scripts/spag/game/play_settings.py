@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from spag.device import DEVICES, family_device
 from spag.errors import SpagInputError
 from spag.game.settings import GameSettings
 from spag.generation.settings import (
@@ -25,6 +24,7 @@ from spag.generation.settings import (
 )
 from spag.models.rendering import PROMPT_FORMATS
 from spag.models.settings import ModelLoading
+from spag.ops import DEVICES, family_device
 from spag.settings import opt, req
 
 _PLAYER = (

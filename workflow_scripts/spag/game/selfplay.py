@@ -136,7 +136,7 @@ def play_games(
     and the speaking model, and each game's from that and its id, so the same shard
     replays identically, whichever of its games play together. Games in ``done``
     (finished earlier, by episode id) are taken as they are; ``on_finished`` is told of
-    every game as it ends (``spag.game.journal``).
+    every game as it ends (``spag.ops.journal``).
     """
     done = done or {}
     games = [done.get(spec.episode_id) or GameState(spec) for spec in specs]

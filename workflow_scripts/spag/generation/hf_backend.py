@@ -18,7 +18,6 @@ import logging
 import os
 from pathlib import Path
 
-from spag.device import DEVICES, select_device
 from spag.errors import SpagInputError
 from spag.generation.base import (
     MIN_NEW_TOKENS,
@@ -29,6 +28,7 @@ from spag.generation.base import (
 )
 from spag.generation.settings import DTYPES, Sampling, SelfplaySettings
 from spag.models.rendering import PromptRenderer
+from spag.ops import DEVICES, select_device
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ initialised CUDA in this process, but a ``cuInit`` outside torch's lazy
 initialisation (``torch.cuda.is_available()`` without
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1``) goes unnoticed and the forked child cannot use
 CUDA. The job's device check therefore counts GPUs by NVML
-(:func:`spag.device.cuda_problem` with ``probe=False``) and nothing here touches CUDA.
+(:func:`spag.ops.device.cuda_problem` with ``probe=False``) and nothing here touches CUDA.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spag.device import DEVICES
+from spag.ops import DEVICES
 from spag.settings import opt
 
 

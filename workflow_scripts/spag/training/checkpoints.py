@@ -14,6 +14,9 @@ from spag.data.tables import atomic_path, file_sizes, sha256_file, size_problem
 from spag.training.distributed import barrier
 from spag.training.settings import TrainConfig
 
+# Written into a trainer checkpoint once every rank has saved it (a complete checkpoint).
+COMPLETE_MARKER = "spag_checkpoint_complete"
+
 log = logging.getLogger(__name__)
 
 # The loss log the trainer appends to while it runs (copied to the output at the end).
@@ -26,8 +29,9 @@ DAMAGED_PREFIX = "damaged-"
 
 
 def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> dict:
-    """What a checkpoint must share with this run to be resumed from."""
-    keep = asdict(cfg)
+    """What a checkpoint must share with this run to be resumed from (the objective under
+    its flag's name, as checkpoints of earlier runs recorded it)."""
+    keep = {("method" if k == "objective" else k): v for k, v in asdict(cfg).items()}
     for k in (
         "output",
         "checkpoint_dir",
@@ -61,7 +65,6 @@ def write_complete_marker(folder: Path, step: int) -> None:
     The sizes let resume notice a file cut short or lost afterwards (a disk that
     filled up, a ZeRO shard missing) without reading gigabytes of optimizer state.
     """
-    from spag.training.trainer import COMPLETE_MARKER
 
     files = file_sizes(folder, leave_out=COMPLETE_MARKER)
     with atomic_path(folder / COMPLETE_MARKER) as tmp:
@@ -77,7 +80,6 @@ def checkpoint_problem(folder: Path) -> str | None:
     """
     import zipfile
 
-    from spag.training.trainer import COMPLETE_MARKER
 
     try:
         marker = json.loads((folder / COMPLETE_MARKER).read_text())
@@ -133,7 +135,6 @@ def set_aside_damaged(root: Path) -> None:
 
 def complete_checkpoints(checkpoint_dir: str | os.PathLike) -> list[Path]:
     """Checkpoints that were written to the end, oldest first."""
-    from spag.training.trainer import COMPLETE_MARKER
 
     root = Path(checkpoint_dir)
     found = []
@@ -150,7 +151,6 @@ def complete_checkpoints(checkpoint_dir: str | os.PathLike) -> list[Path]:
 
 def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -> Path | None:
     """Return the checkpoint to resume from, discarding checkpoints of a different run."""
-    from spag.training.trainer import truncate_loss_log
 
     root = Path(cfg.checkpoint_dir)
     run_file = root / RUN_FILE
@@ -192,3 +192,15 @@ def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -
             truncate_loss_log(root / WORK_LOSS_LOG, int(state["global_step"]))
     barrier()
     return resume
+
+
+def truncate_loss_log(path: str | os.PathLike, last_step: int) -> None:
+    """Drop rows after ``last_step`` (logged by a run killed after its last checkpoint)."""
+    p = Path(path)
+    if not p.exists():
+        return
+    lines = p.read_text().splitlines()
+    if not lines:
+        return
+    kept = [lines[0]] + [ln for ln in lines[1:] if ln and int(ln.split("\t", 1)[0]) <= last_step]
+    p.write_text("\n".join(kept) + "\n")

@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spag.device import select_device
-from spag.tracking import (
+from spag.ops import (
     apply_environment,
     check_trackers_available,
     folder_name,
     guard_tracker_callbacks,
     parse_report_to,
+    select_device,
     tracker_environment,
 )
 from spag.training.checkpoints import WORK_LOSS_LOG, prepare_checkpoint_dir, run_fingerprint
@@ -37,7 +37,7 @@ def training_arguments(
     cfg: TrainConfig, deepspeed_config: str | None, device: str
 ) -> SpagTrainingArguments:
     """The Trainer's arguments of ``cfg``, set up for this machine: ``device`` is the one
-    :func:`spag.device.select_device` chose, ``deepspeed_config`` the resolved file."""
+    :func:`spag.ops.device.select_device` chose, ``deepspeed_config`` the resolved file."""
     from spag.training.arguments import SpagTrainingArguments
 
     trackers = parse_report_to(cfg.report_to)

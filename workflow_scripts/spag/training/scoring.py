@@ -18,8 +18,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from spag.data.tables import read_parquet, write_parquet
-from spag.device import select_device
 from spag.errors import SpagInputError
+from spag.ops import select_device
 from spag.training.settings import ScoreRefSettings, ScoringSettings
 
 log = logging.getLogger(__name__)

@@ -17,14 +17,20 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from spag.device import DEVICES, family_device
 from spag.errors import SpagInputError
 from spag.game.settings import GameSettings
 from spag.models.rendering import PROMPT_FORMATS
 from spag.models.settings import ModelLoading
+from spag.ops import (
+    DEVICES,
+    ENV_PROJECT,
+    ENV_REPORT_TO,
+    ENV_RUN_NAME,
+    ENV_TRACKING_DIR,
+    family_device,
+)
+from spag.ops import TRACKING_DIR as DEFAULT_TRACKING_DIR
 from spag.settings import config_options, opt, req, section
-from spag.tracking import DEFAULT_DIR as DEFAULT_TRACKING_DIR
-from spag.tracking import ENV_PROJECT, ENV_REPORT_TO, ENV_RUN_NAME, ENV_TRACKING_DIR
 from spag.training.objectives import OBJECTIVES, coefficients, paper_defaults
 
 # The objectives by name (spag.training.objectives) and the paper's settings that
@@ -40,15 +46,6 @@ POSITIVE = ("per_device_batch_size", "gradient_accumulation_steps", "save_steps"
 class StageSettings:
     """Hyper-parameters of one training stage (config ``imitation`` / ``spag``)."""
 
-    # ``--method`` on the command line, ``method`` in the Trainer's arguments.
-    objective: str | None = opt(
-        None,
-        "the objective (spag.training.objectives.OBJECTIVES); default: the paper's for the "
-        "stage (imitation: sft_kl, spag: offline_po)",
-        choices=tuple(OBJECTIVES),
-        flag="method",
-        arg="method",
-    )
     learning_rate: float | None = opt(None, "peak learning rate (default: by objective)")
     num_train_epochs: float = opt(1.0, "passes over the samples")
     max_steps: int = opt(-1, "optimizer steps; -1: as many as the epochs give")
@@ -81,6 +78,16 @@ class StageSettings:
         OBJECTIVES["offline_po"].sft_coeff, "weight of the SFT term (offline_po)"
     )
     clip_eps: float = opt(OBJECTIVES["offline_po"].clip_eps, "ratio clip range (offline_po)")
+    # ``--method`` on the command line (first), ``method`` in the Trainer's arguments and
+    # in the model's spag_training.json.
+    objective: str | None = opt(
+        None,
+        "the objective (spag.training.objectives.OBJECTIVES); default: the paper's for the "
+        "stage (imitation: sft_kl, spag: offline_po)",
+        choices=tuple(OBJECTIVES),
+        flag="method",
+        arg="method",
+    )
 
 
 @dataclass(kw_only=True)
@@ -114,7 +121,7 @@ class TrainConfig(StageSettings):
         "cuda (stop at once without working CUDA), cpu, or auto",
         choices=DEVICES,
     )
-    # Trackers (config `tracking`, spag.tracking): not part of what a checkpoint belongs
+    # Trackers (config `tracking`, spag.ops.tracking): not part of what a checkpoint belongs
     # to. The workflow sets them through the environment variables named by `env`.
     report_to: str = opt(
         "none",
@@ -177,7 +184,7 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
     so the job's command line shows every value it trains with.
     """
     objective = config[stage]["objective"]
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"method": objective}
     for key, value in config_options(StageSettings, config[stage]).items():
         if key in COEFFICIENTS and key not in coefficients(objective):
             continue  # another objective's coefficient

@@ -19,6 +19,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from spag.errors import SpagRunError
+from spag.training.checkpoints import write_complete_marker
 from spag.training.collate import LengthGroupedSampler
 from spag.training.objectives import OBJECTIVES, build_objective
 from spag.training.packing import packed_sequence_logprobs
@@ -28,7 +29,6 @@ from spag.training.scoring import model_sequence_logprobs
 # DeepSpeed the Trainer casts every floating input to the engine's dtype, and a
 # reference log-prob rounded to bf16 makes the step-0 ratio differ from 1.
 FLOAT32_COLUMNS = ("reward", "weight", "ref_logprob")
-COMPLETE_MARKER = "spag_checkpoint_complete"
 LOSS_LOG_COLUMNS = [
     "step",
     "epoch",
@@ -181,8 +181,6 @@ class SpagTrainer(Trainer):
         if self.args.world_size > 1 and torch.distributed.is_initialized():
             torch.distributed.barrier()
         if self.args.should_save:
-            from spag.training.checkpoints import write_complete_marker
-
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             write_complete_marker(folder, self.state.global_step)
 
@@ -240,15 +238,3 @@ def _fmt(value) -> str:
             return "nan"
         return f"{value:.10g}"
     return str(value)
-
-
-def truncate_loss_log(path: str | os.PathLike, last_step: int) -> None:
-    """Drop rows after ``last_step`` (logged by a run killed after its last checkpoint)."""
-    p = Path(path)
-    if not p.exists():
-        return
-    lines = p.read_text().splitlines()
-    if not lines:
-        return
-    kept = [lines[0]] + [ln for ln in lines[1:] if ln and int(ln.split("\t", 1)[0]) <= last_step]
-    p.write_text("\n".join(kept) + "\n")

@@ -70,7 +70,7 @@ def gpu_names() -> list[str]:
 
 
 def host_info() -> dict[str, Any]:
-    from spag.device import driver_cuda_version
+    from spag.ops.device import driver_cuda_version
 
     torch = sys.modules.get("torch")  # only if the step imported it
     return {

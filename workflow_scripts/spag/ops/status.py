@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.game.journal import journal_path
+from spag.ops.journal import journal_path
 
 # The SLURM executor's job comment: rule_<rule>_wildcards_<values joined by _>.
 _COMMENT = re.compile(r"^rule_(?P<rule>[A-Za-z0-9_]+?)(?:_wildcards_(?P<wildcards>.*))?$")

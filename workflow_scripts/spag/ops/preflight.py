@@ -76,7 +76,7 @@ class FamilyPlan:
 
 # ---------------------------------------------------------------- checks
 def _torch_rows(plan: FamilyPlan) -> list[Row]:
-    from spag.device import BUILD_SETTING, driver_cuda_version, driver_minimum
+    from spag.ops.device import BUILD_SETTING, driver_cuda_version, driver_minimum
 
     driver = driver_cuda_version()
     if importlib.util.find_spec("torch") is None:
@@ -102,7 +102,7 @@ def _torch_rows(plan: FamilyPlan) -> list[Row]:
     ]
     if plan.device != "cuda":
         return rows
-    from spag.device import cuda_devices, cuda_problem
+    from spag.ops.device import cuda_devices, cuda_problem
 
     problem = cuda_problem()
     if problem:
@@ -169,7 +169,7 @@ def _model_row(plan: FamilyPlan) -> Row | None:
     name = plan.model
     if not name:
         return None
-    from spag.models.base_model import PACKAGED_MODELS, packaged_model_file
+    from spag.ops.base_model import PACKAGED_MODELS, packaged_model_file
 
     if name == "tiny":
         return Row("base model", OK, "the embedded tiny model (built by the run)")
@@ -211,7 +211,7 @@ def _engine_model_dir(plan: FamilyPlan) -> tuple[str | None, str]:
     name = plan.model
     if not name or name == "tiny":
         return None, "the embedded model is built by the run; the first shard starts the engine"
-    from spag.models.base_model import PACKAGED_MODELS
+    from spag.ops.base_model import PACKAGED_MODELS
 
     if name in PACKAGED_MODELS or Path(name).suffix == ".gguf":
         return None, f"{name} is converted by the run; the first shard starts the engine"
@@ -235,14 +235,14 @@ def _engine_model_dir(plan: FamilyPlan) -> tuple[str | None, str]:
 def _capacity_row(plan: FamilyPlan, model_dir: str) -> Row:
     """Games of ``max_length`` tokens one engine holds at once on the GPU found (on the
     common GPU families where this job has none)."""
-    from spag.generation.capacity import GPU_FAMILIES, engine_capacity, model_config
+    from spag.ops.capacity import GPU_FAMILIES, engine_capacity, model_config
 
     length = plan.max_length or 2048
     try:
         config, parameters = model_config(model_dir)
         gpus: dict[str, float] = {}
         if plan.device == "cuda":
-            from spag.device import cuda_devices, cuda_problem
+            from spag.ops.device import cuda_devices, cuda_problem
 
             if cuda_problem() is None:
                 gpus = {d["name"]: d["memory_gib"] for d in cuda_devices()[:1]}
@@ -420,7 +420,7 @@ def _collective_rows(plan: FamilyPlan) -> list[Row]:
     ]
     if plan.device != "cuda":
         return rows
-    from spag.device import cuda_problem
+    from spag.ops.device import cuda_problem
 
     problem = cuda_problem()
     ready = torch.tensor([0 if problem else 1])
