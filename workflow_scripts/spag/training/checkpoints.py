@@ -80,7 +80,6 @@ def checkpoint_problem(folder: Path) -> str | None:
     """
     import zipfile
 
-
     try:
         marker = json.loads((folder / COMPLETE_MARKER).read_text())
     except (OSError, ValueError, UnicodeDecodeError) as exc:
