@@ -391,7 +391,9 @@ maximum RSS (largest round).
 
 The baseline is a per-game loop written the way the research code is (derivatives
 recomputed for every message, regular expressions given as strings, samples built as
-dicts, JSON output). Goal: 10x or more on both shapes, under 1 GiB.
+dicts, JSON output). Budget: `spag assign-rewards` (one plain loop per game over the
+table, the judge stating each rule once) at least as fast as that loop on the
+distinct-words shape, as whole processes, under 1 GiB of peak memory.
 """
     Path(args.results).parent.mkdir(parents=True, exist_ok=True)
     Path(args.results).write_text(report)

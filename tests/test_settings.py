@@ -163,3 +163,34 @@ def test_cli_flags_render_a_shell_command_line(options, expected):
     # None, False and [] leave the flag out; True is a bare flag; a list is one flag then
     # its values; values are shell-quoted; underscores become dashes.
     assert cli_flags(**options) == expected
+
+
+def test_schema_names_what_the_registries_hold():
+    """The config keys that pick by name (a game, a reward scheme, an objective) allow
+    exactly the registered names: a new one is refused at plan time until it is
+    registered, and a registered one cannot be left out of the schema."""
+    from spag.game.base import GAMES
+    from spag.game.rewards import REWARD_SCHEMES
+    from spag.training.objectives import OBJECTIVES
+
+    schema = load_schema()
+    props = schema["properties"]
+    assert props["game"]["properties"]["name"]["enum"] == list(GAMES)
+    assert props["rewards"]["properties"]["scheme"]["enum"] == list(REWARD_SCHEMES)
+    assert schema["$defs"]["training"]["properties"]["objective"]["enum"] == list(OBJECTIVES)
+
+
+@pytest.mark.parametrize(
+    "overlay, key",
+    [
+        ({"game": {"name": "chess"}}, "game.name"),
+        ({"rewards": {"scheme": "losers"}}, "rewards.scheme"),
+        ({"spag": {"objective": "dpo"}}, "spag.objective"),
+    ],
+)
+def test_an_unregistered_name_is_refused_naming_its_key(overlay, key):
+    from spag.config import validate_config
+    from spag.errors import SpagInputError
+
+    with pytest.raises(SpagInputError, match=f"key '{key}'"):
+        validate_config(overlay)

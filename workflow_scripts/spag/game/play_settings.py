@@ -20,7 +20,9 @@ from spag.generation.settings import (
     DTYPES,
     MODEL_BACKENDS,
     Sampling,
+    SamplingSettings,
     SelfplaySettings,
+    sampling_knobs,
 )
 from spag.models.rendering import PROMPT_FORMATS
 from spag.models.settings import ModelLoading
@@ -34,8 +36,9 @@ _PLAYER = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlayConfig:
-    """One ``spag play`` job: a shard of target words played to a Parquet file."""
+class PlayConfig(SamplingSettings):
+    """One ``spag play`` job: a shard of target words played to a Parquet file (the
+    sampling knobs inherited)."""
 
     model: str = req(f"{_PLAYER} (e.g. a teacher playing demonstrations)")
     words: str = req("target words, one a line")
@@ -50,17 +53,10 @@ class PlayConfig:
     epoch: int = opt(0, "epoch: part of the shard seed and of episode ids")
     game: str = opt(GameSettings.name, "the game (config game.name)")
     max_turns: int = opt(GameSettings.max_turns, "turns per player")
-    max_new_tokens: int = opt(Sampling.max_new_tokens, "tokens per reply at most")
     max_length: int | None = opt(
         None,
         "prompt + reply token budget; longer prompts are left-truncated "
         f"(default {SelfplaySettings.max_length}, capped by the model's context)",
-    )
-    temperature: float = opt(Sampling.temperature, "sampling temperature")
-    top_p: float = opt(Sampling.top_p, "nucleus sampling mass")
-    top_k: int = opt(
-        Sampling.top_k,
-        "sample from the k most likely tokens; 0: no limit (as the research code)",
     )
     prompt_format: str = opt(
         GameSettings.prompt_format,
@@ -133,13 +129,7 @@ class PlayConfig:
     def sampling(self) -> Sampling:
         """How replies are drawn: greedily against an opponent unless ``greedy`` says."""
         greedy = self.greedy if self.greedy is not None else self.opponent is not None
-        return Sampling(
-            max_new_tokens=self.max_new_tokens,
-            temperature=self.temperature,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            greedy=greedy,
-        )
+        return Sampling(**{k: getattr(self, k) for k in sampling_knobs()}, greedy=greedy)
 
 
 def _check(c: PlayConfig) -> None:
@@ -218,10 +208,7 @@ def selfplay_arguments(config: dict[str, Any]) -> dict[str, Any]:
     return {
         **engine_arguments(config, "selfplay"),
         **vllm_memory_arguments(config, s["gpu_memory_utilization"]),
-        "max_new_tokens": s["max_new_tokens"],
-        "temperature": s["temperature"],
-        "top_k": s["top_k"],
-        "top_p": s["top_p"],
+        **{k: s[k] for k in sampling_knobs()},
         "batch_size": s["batch_size"],
     }
 

@@ -71,11 +71,12 @@ def rewards_arguments(config: dict[str, Any]) -> dict[str, Any]:
     return config_options(RewardsSettings, config["rewards"])
 
 
-def role_weights(wins: Mapping[str, int], game: Game = TABOO) -> dict[str, float]:
-    """Per-role sample weight: ``N / (2 N_role)`` with ``N_role`` the games whose
-    samples are that role's and N their sum; 0 for a role without samples."""
-    n = sum(wins.get(r, 0) for r in game.roles)
-    return {r: n / (2 * wins[r]) if wins.get(r, 0) > 0 else 0.0 for r in game.roles}
+def role_weights(games: Mapping[str, int], game: Game = TABOO) -> dict[str, float]:
+    """Per-role sample weight: ``N / (2 N_role)`` with ``N_role`` (``games[role]``) the
+    games that gave samples of that role (the winners' under ``winners``) and N their
+    sum; 0 for a role without samples."""
+    n = sum(games.get(r, 0) for r in game.roles)
+    return {r: n / (2 * games[r]) if games.get(r, 0) > 0 else 0.0 for r in game.roles}
 
 
 def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
@@ -122,14 +123,14 @@ def _game_rows(
     randomised prompts. Returns the rows (weight unset), the games per role that gave
     samples, and every game's outcome."""
     rows: list[dict[str, Any]] = []
-    wins: Counter = Counter()
+    sampled: Counter = Counter()
     outcomes = []
     for episode in episodes:
         outcome, n = game.judge(episode.history, episode.secret, episode.max_turns)
         outcomes.append(outcome)
         picked = scheme(game, episode, outcome, n, decay)
         for role in {episode.history[k]["role"] for k, _ in picked}:
-            wins[role] += 1
+            sampled[role] += 1
         for k, reward in picked:
             role = episode.history[k]["role"]
             query = game.training_prompt(
@@ -146,7 +147,7 @@ def _game_rows(
                     reward=reward,
                 )  # fmt: skip
             )
-    return rows, wins, outcomes
+    return rows, sampled, outcomes
 
 
 def assign_rewards(
@@ -176,10 +177,10 @@ def assign_rewards(
     _, episodes = load_episodes(episodes_table, source, game=game)
     sft_cols = validate_sft(sft, sft_source) if sft is not None else None
     prompts = prompts if prompts is not None else game.load_prompts()
-    rows, wins, _ = _game_rows(
+    rows, sampled, _ = _game_rows(
         game, episodes, prompts, random.Random(seed).random, REWARD_SCHEMES[scheme], decay
     )
-    weights = role_weights(wins, game)
+    weights = role_weights(sampled, game)
     for row in rows:
         row["weight"] = weights[row["role"]]
     if sft_cols is not None:
@@ -217,17 +218,17 @@ def imitation_samples(
     if episodes_table is not None:
         _, episodes = load_episodes(episodes_table, source, game=game)
         prompts = prompts if prompts is not None else game.load_prompts()
-        rows, wins, outcomes = _game_rows(
+        rows, sampled, outcomes = _game_rows(
             game, episodes, prompts, random.Random(seed).random, _imitate, 1.0
         )
         counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
-        if not wins:
+        if not sampled:
             # Never a silent empty imitation set (e.g. a teacher whose games all tie).
             raise SpagInputError(
                 f"{source}: no decisive game among {len(outcomes)} ({counts}): "
                 "no demonstrations to imitate"
             )
-        missing = [r for r in game.roles if not wins.get(r)]
+        missing = [r for r in game.roles if not sampled.get(r)]
         if both_roles_key and missing:
             raise SpagInputError(
                 f"{source}: no game won by the {missing[0]} among {len(outcomes)} ({counts}): "

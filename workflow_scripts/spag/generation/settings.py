@@ -1,5 +1,6 @@
-"""Generation settings, declared once: how a reply is sampled (:class:`Sampling`) and the
-config sections of the games' engines, ``selfplay`` and ``evaluation``.
+"""Generation settings, declared once: how a reply is sampled (:class:`SamplingSettings`,
+:class:`Sampling`) and the config sections of the games' engines, ``selfplay`` and
+``evaluation``.
 
 The defaults here are the schema's (``tests/test_settings.py`` checks it); ``spag play``'s
 flags (``spag.game.play_settings.PlayConfig``) and the backends refer to them.
@@ -7,6 +8,7 @@ flags (``spag.game.play_settings.PlayConfig``) and the backends refer to them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from spag.settings import opt, section
@@ -17,8 +19,11 @@ MODEL_BACKENDS = ("hf", "vllm")
 
 
 @dataclass(frozen=True, kw_only=True)
-class Sampling:
-    """How every reply of a generate call is drawn; the defaults are self-play's."""
+class SamplingSettings:
+    """How replies are drawn, as a run sets it: config ``selfplay`` and ``spag play``'s
+    flags inherit these fields, every generate call gets them in :class:`Sampling`. A
+    knob added here is a ``selfplay`` key (add it to the schema), a ``spag play`` flag
+    and a rule flag of self-play; the backends read it."""
 
     max_new_tokens: int = opt(256, "tokens per reply at most")
     temperature: float = opt(1.2, "sampling temperature")
@@ -28,6 +33,17 @@ class Sampling:
         "transformers' default 50)",
     )
     top_p: float = opt(1.0, "nucleus sampling: the smallest set of tokens with this mass")
+
+
+def sampling_knobs() -> tuple[str, ...]:
+    """The names of the :class:`SamplingSettings` fields, in their order."""
+    return tuple(f.name for f in dataclasses.fields(SamplingSettings))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sampling(SamplingSettings):
+    """How every reply of a generate call is drawn; the defaults are self-play's."""
+
     greedy: bool = opt(False, "greedy decoding (the most likely token; no sampling)")
 
     @property
@@ -38,9 +54,9 @@ class Sampling:
 
 @section("selfplay")
 @dataclass(frozen=True, kw_only=True)
-class SelfplaySettings:
+class SelfplaySettings(SamplingSettings):
     """Self-play games of an epoch (config ``selfplay``): the shards, the engine and the
-    sampling; evaluation games use the same engine settings."""
+    sampling (the inherited knobs); evaluation games use the same engine settings."""
 
     num_shards: int = opt(
         3,
@@ -49,10 +65,6 @@ class SelfplaySettings:
     )
     backend: str = opt("hf", "generation backend", choices=MODEL_BACKENDS)
     batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
-    max_new_tokens: int = opt(Sampling.max_new_tokens, "tokens per reply at most")
-    temperature: float = opt(Sampling.temperature, "sampling temperature")
-    top_k: int = opt(Sampling.top_k, "sample from the k most likely tokens; 0: no limit")
-    top_p: float = opt(Sampling.top_p, "nucleus sampling mass")
     max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context")
     dtype: str = opt("auto", "model dtype (auto: float32 on CPU)", choices=DTYPES)
     tensor_parallel_size: int | None = opt(

@@ -7,8 +7,10 @@ for it, and its loss on a batch's sequence log-probabilities (the formulas are i
 them; the trainer, its batch sampler and the rules' flags read the registry.
 
 To add one: write its dataclass here (fields with the paper's defaults, ``loss``),
-register it, and declare any new coefficient as a stage key
-(``spag.training.settings.StageSettings`` and the schema's ``$defs.training``).
+register it and name it in the schema's ``objective`` enum (a test compares the two).
+A new coefficient is also a stage key (``spag.training.settings.StageSettings``, the
+schema's ``$defs.training``) and a field of
+``spag.training.arguments.SpagTrainingArguments``, which the trainer reads.
 """
 
 from __future__ import annotations
