@@ -9,6 +9,7 @@ speak in turn and which outcomes a judged table may hold.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -74,45 +75,63 @@ def load_episodes(
     table: pa.Table, source: str, judged: bool = False, game: Game = TABOO
 ) -> tuple[pa.Table, list[Episode]]:
     """:func:`validate_episodes` that also returns the games, one :class:`Episode` each."""
+    table = check_columns(table, source, judged)
+    return table, list(iter_episodes(table, source, judged, game))
+
+
+def check_columns(table: pa.Table, source: str, judged: bool = False) -> pa.Table:
+    """The contract columns present with their types (cast to them), at least one row."""
     _check_history_type(table, source)
-    fields = EPISODE_FIELDS + (JUDGED_FIELDS if judged else [])
-    table = require_columns(table, fields, source)
+    table = require_columns(table, EPISODE_FIELDS + (JUDGED_FIELDS if judged else []), source)
     if table.num_rows == 0:
         raise SpagInputError(f"{source}: no episodes (the table is empty)")
-    rows = table.select([f.name for f in fields]).to_pylist()
+    return table
+
+
+def iter_episodes(
+    table: pa.Table, source: str, judged: bool = False, game: Game = TABOO
+) -> Iterator[Episode]:
+    """The games of a table checked by :func:`check_columns`, each checked as it comes
+    (see :func:`validate_episodes`); a few thousand at a time are held as Python objects."""
+    fields = EPISODE_FIELDS + (JUDGED_FIELDS if judged else [])
     seen: set[str] = set()
-    episodes = []
-    for row in rows:
-        eid = row["episode_id"]
-        if eid is None:
-            raise SpagInputError(f"{source}: column 'episode_id' is null in row {len(episodes)}")
-        if eid in seen:
-            raise SpagInputError(f"{source}: column 'episode_id': duplicate episode id {eid!r}")
-        seen.add(eid)
-        if not row["target_word"]:
+    row_index = 0
+    for batch in table.select([f.name for f in fields]).to_batches(max_chunksize=4096):
+        for row in batch.to_pylist():
+            yield _episode(row, row_index, seen, source, judged, game)
+            row_index += 1
+
+
+def _episode(
+    row: dict, index: int, seen: set[str], source: str, judged: bool, game: Game
+) -> Episode:
+    eid = row["episode_id"]
+    if eid is None:
+        raise SpagInputError(f"{source}: column 'episode_id' is null in row {index}")
+    if eid in seen:
+        raise SpagInputError(f"{source}: column 'episode_id': duplicate episode id {eid!r}")
+    seen.add(eid)
+    if not row["target_word"]:
+        raise SpagInputError(f"{source}: column 'target_word' is null or empty in episode {eid!r}")
+    turns = row["max_turns"]
+    if turns is None or turns <= 0:
+        raise SpagInputError(
+            f"{source}: column 'max_turns' must be a positive integer, got {turns!r} "
+            f"in episode {eid!r}"
+        )
+    history = row["history"]
+    if history is None:
+        raise SpagInputError(f"{source}: column 'history' is null in episode {eid!r}")
+    _check_messages(history, eid, source, game)
+    if judged:
+        if row["outcome"] not in game.outcomes:
             raise SpagInputError(
-                f"{source}: column 'target_word' is null or empty in episode {eid!r}"
+                f"{source}: column 'outcome' has {row['outcome']!r} in episode {eid!r}; "
+                f"expected one of {list(game.outcomes)}"
             )
-        turns = row["max_turns"]
-        if turns is None or turns <= 0:
-            raise SpagInputError(
-                f"{source}: column 'max_turns' must be a positive integer, got {turns!r} "
-                f"in episode {eid!r}"
-            )
-        history = row["history"]
-        if history is None:
-            raise SpagInputError(f"{source}: column 'history' is null in episode {eid!r}")
-        _check_messages(history, eid, source, game)
-        if judged:
-            if row["outcome"] not in game.outcomes:
-                raise SpagInputError(
-                    f"{source}: column 'outcome' has {row['outcome']!r} in episode {eid!r}; "
-                    f"expected one of {list(game.outcomes)}"
-                )
-            if row["num_messages"] is None:
-                raise SpagInputError(f"{source}: column 'num_messages' is null in episode {eid!r}")
-        episodes.append(Episode(eid, row["target_word"], turns, history))
-    return table, episodes
+        if row["num_messages"] is None:
+            raise SpagInputError(f"{source}: column 'num_messages' is null in episode {eid!r}")
+    return Episode(eid, row["target_word"], turns, history)
 
 
 def _check_messages(history: list, eid: str, source: str, game: Game) -> None:

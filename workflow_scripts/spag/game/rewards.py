@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import pyarrow as pa
 from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game.base import Game
-from spag.game.episodes import Episode, load_episodes
+from spag.game.episodes import Episode, check_columns, iter_episodes
 from spag.game.taboo import TABOO
 from spag.settings import config_options, opt, section
 
@@ -95,34 +95,39 @@ def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
     return out[0], out[1]
 
 
-def _sft_rows(queries: list[str], targets: list[str]) -> list[dict[str, Any]]:
-    return [
-        dict(
-            type="sft",
-            role=None,
-            episode_id=None,
-            turn=None,
-            query=q,
-            target=t,
-            reward=1.0,
-            weight=1.0,
-        )  # fmt: skip
-        for q, t in zip(queries, targets, strict=True)
-    ]
+class _Samples:
+    """The sample table's columns as lists (a row of dicts each would double the memory
+    of 100,000 games' long prompts)."""
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list] = {name: [] for name in SAMPLE_SCHEMA.names}
+
+    def add(self, **row: Any) -> None:
+        for name, values in self.columns.items():
+            values.append(row[name])
+
+    def add_sft(self, queries: list[str], targets: list[str]) -> None:
+        for q, t in zip(queries, targets, strict=True):
+            self.add(type="sft", role=None, episode_id=None, turn=None, query=q, target=t,
+                     reward=1.0, weight=1.0)  # fmt: skip
+
+    def table(self) -> pa.Table:
+        return pa.table(self.columns, schema=SAMPLE_SCHEMA)
 
 
 def _game_rows(
     game: Game,
-    episodes: list[Episode],
+    episodes: Iterable[Episode],
     prompts: Any,
     rand: Callable[[], float],
     scheme: RewardScheme,
+    weight: Callable[[str], float],
+    samples: _Samples,
     decay: float,
-) -> tuple[list[dict[str, Any]], Counter, list[str]]:
+) -> tuple[Counter, list[str]]:
     """One loop over the games: judge each, let the scheme pick its samples, build their
-    randomised prompts. Returns the rows (weight unset), the games per role that gave
-    samples, and every game's outcome."""
-    rows: list[dict[str, Any]] = []
+    randomised prompts, add them to ``samples`` with ``weight(role)`` (or 0.0 for now).
+    Returns the games per role that gave samples, and every game's outcome."""
     sampled: Counter = Counter()
     outcomes = []
     for episode in episodes:
@@ -136,18 +141,17 @@ def _game_rows(
             query = game.training_prompt(
                 prompts, episode.history[:k], role, episode.secret, episode.max_turns, rand()
             )
-            rows.append(
-                dict(
-                    type="game",
-                    role=role,
-                    episode_id=episode.episode_id,
-                    turn=k,
-                    query=query,
-                    target=episode.history[k]["content"].strip(),
-                    reward=reward,
-                )  # fmt: skip
+            samples.add(
+                type="game",
+                role=role,
+                episode_id=episode.episode_id,
+                turn=k,
+                query=query,
+                target=episode.history[k]["content"].strip(),
+                reward=reward,
+                weight=weight(role),
             )
-    return rows, sampled, outcomes
+    return sampled, outcomes
 
 
 def assign_rewards(
@@ -174,18 +178,21 @@ def assign_rewards(
         raise SpagInputError(
             f"rewards.scheme: unknown scheme {scheme!r} (known: {', '.join(REWARD_SCHEMES)})"
         )
-    _, episodes = load_episodes(episodes_table, source, game=game)
+    table = check_columns(episodes_table, source)
     sft_cols = validate_sft(sft, sft_source) if sft is not None else None
     prompts = prompts if prompts is not None else game.load_prompts()
-    rows, sampled, _ = _game_rows(
-        game, episodes, prompts, random.Random(seed).random, REWARD_SCHEMES[scheme], decay
+    samples = _Samples()
+    rand = random.Random(seed).random
+    episodes = iter_episodes(table, source, game=game)
+    sampled, _ = _game_rows(
+        game, episodes, prompts, rand, REWARD_SCHEMES[scheme], lambda r: 0.0, samples, decay
     )
+    # The role weights need every game's samples: set once they are all in.
     weights = role_weights(sampled, game)
-    for row in rows:
-        row["weight"] = weights[row["role"]]
+    samples.columns["weight"] = [weights[r] for r in samples.columns["role"]]
     if sft_cols is not None:
-        rows += _sft_rows(*sft_cols)
-    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+        samples.add_sft(*sft_cols)
+    return samples.table()
 
 
 def _imitate(
@@ -214,12 +221,14 @@ def imitation_samples(
     games won by only one role are refused naming it: M0 would never see the other
     role won.
     """
-    rows: list[dict[str, Any]] = []
+    samples = _Samples()
     if episodes_table is not None:
-        _, episodes = load_episodes(episodes_table, source, game=game)
+        table = check_columns(episodes_table, source)
+        episodes = iter_episodes(table, source, game=game)
         prompts = prompts if prompts is not None else game.load_prompts()
-        rows, sampled, outcomes = _game_rows(
-            game, episodes, prompts, random.Random(seed).random, _imitate, 1.0
+        rand = random.Random(seed).random
+        sampled, outcomes = _game_rows(
+            game, episodes, prompts, rand, _imitate, lambda r: 1.0, samples, 1.0
         )
         counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
         if not sampled:
@@ -235,8 +244,6 @@ def imitation_samples(
                 f"M0 would never imitate the {missing[0]}; key '{both_roles_key}': play more "
                 "games per word, sample at another temperature, or choose a stronger player"
             )
-        for row in rows:
-            row["weight"] = 1.0
     if instructions is not None:
-        rows += _sft_rows(*validate_sft(instructions, instructions_source))
-    return pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+        samples.add_sft(*validate_sft(instructions, instructions_source))
+    return samples.table()
