@@ -85,7 +85,10 @@ def pure_strategies(seat: str) -> list[dict[InfoSet, dict[str, float]]]:
     sets = [s for s in INFOSETS if s[0] == seat]
     choices = [legal_moves(s[2]) for s in sets]
     return [
-        {s: {m: float(m == pick) for m in legal_moves(s[2])} for s, pick in zip(sets, picks)}
+        {
+            s: {m: float(m == pick) for m in legal_moves(s[2])}
+            for s, pick in zip(sets, picks, strict=True)
+        }
         for picks in itertools.product(*choices)
     ]
 
