@@ -1,0 +1,252 @@
+"""Kuhn Poker, one hand, through the :class:`spag.game.base.Game` protocol.
+
+Rules: :mod:`spag.evaluation.kuhn`. Roles ``first`` and ``second`` act in turn, the
+first player first; a hand has 2 or 3 moves. The secret a hand is dealt is its deal,
+two letters: the first player's card, then the second's (``"kq"``); each seat's
+prompt shows its own card only.
+
+A reply's move is the first of the words check, bet, call and fold it contains (any
+case). A reply that names no move, or a move that is not legal at that point, breaks
+the rules: the hand ends and its author loses its ante (1 chip). Outcomes name the
+winner and the chips won; the result of an outcome is the chips each seat won.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from spag.errors import SpagInputError
+from spag.evaluation.kuhn import CARDS, legal_moves, payoff, to_act
+
+FIRST, SECOND = "first", "second"
+MOVE = re.compile(r"\b(check|bet|call|fold)\b", re.IGNORECASE)
+FIRST_BROKE_RULES = "first_broke_rules"
+SECOND_BROKE_RULES = "second_broke_rules"
+UNFINISHED = "unfinished"  # the messages ran out before the hand ended
+# Outcomes by (winner, chips): every way a hand can end.
+WINS = {(seat, chips): f"{seat}_wins_{chips}" for seat in (FIRST, SECOND) for chips in (1, 2)}
+
+# Why a hand ended (recorded per episode).
+END_FINISHED = "finished"
+END_RULE_BREAK = "rule_break"
+END_MAX_TURNS = "max_turns"
+
+
+def parse_deal(secret: str) -> tuple[str, str]:
+    """``"kq"`` -> ``("K", "Q")``: the first player's card, then the second's."""
+    deal = tuple(secret.upper())
+    if len(deal) != 2 or deal[0] == deal[1] or not set(deal) <= set(CARDS):
+        raise SpagInputError(f"{secret!r} is not a Kuhn Poker deal (two of J, Q, K, e.g. 'kq')")
+    return deal  # type: ignore[return-value]
+
+
+def read_move(text: str) -> str | None:
+    """The move a reply names (its first move word, lower-cased), or None."""
+    found = MOVE.search(text)
+    return found.group(1).lower() if found else None
+
+
+def play_hand(history: Sequence[Mapping[str, str]]) -> tuple[tuple[str, ...], str | None]:
+    """The legal moves of the messages in order, and the seat that broke the rules (its
+    message ends the hand), or None."""
+    moves: tuple[str, ...] = ()
+    for message in history:
+        seat = to_act(moves)
+        if seat is None:
+            break
+        move = read_move(message["content"])
+        if move not in legal_moves(moves):
+            return moves, seat
+        moves = (*moves, move)
+    return moves, None
+
+
+def judge_hand(
+    history: Sequence[Mapping[str, str]], secret: str, max_turns: int
+) -> tuple[str, int]:
+    """``(outcome, n)``: how the hand ended and at which message."""
+    moves, breaker = play_hand(history)
+    if breaker is not None:
+        return (FIRST_BROKE_RULES if breaker == FIRST else SECOND_BROKE_RULES), len(moves) + 1
+    if to_act(moves) is not None:
+        return UNFINISHED, len(moves)
+    chips = payoff(parse_deal(secret), moves)
+    return WINS[(FIRST if chips > 0 else SECOND, abs(chips))], len(moves)
+
+
+@dataclass(frozen=True)
+class KuhnPrompts:
+    """The prompt texts of one Kuhn Poker prompts file."""
+
+    path: str
+    play: Mapping[str, str]
+    rules: Sequence[str]
+    instructions: Sequence[str]
+    history_titles: Sequence[str]
+    started: Sequence[str]
+    cue: str
+
+
+_KEYS = {"{seat}", "{card}", "{moves}"}
+
+
+def load_kuhn_prompts(path: str | Path) -> KuhnPrompts:
+    """Read and check a Kuhn Poker prompts file, naming the file and key on error."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise SpagInputError(f"prompts file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise SpagInputError(f"{p}: not a readable YAML file: {exc}") from exc
+
+    def get(key: str) -> Any:
+        node = data
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                raise SpagInputError(f"{p}: missing key '{key}'")
+            node = node[part]
+        return node
+
+    def texts(key: str) -> list[str]:
+        values = get(key)
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, str) for v in values)
+        ):
+            raise SpagInputError(f"{p}: key '{key}' must be a non-empty list of strings")
+        return values
+
+    def instruction(key: str, text: str) -> str:
+        if not all(k in text for k in ("{card}", "{moves}")):
+            raise SpagInputError(f"{p}: key '{key}' must show the seat's {{card}} and {{moves}}")
+        try:
+            text.format(seat="first", card="K", moves="check or bet")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise SpagInputError(f"{p}: key '{key}': only {sorted(_KEYS)} may be used") from exc
+        return text
+
+    play = {
+        k: get(f"play.{k}") for k in ("rules", "history_title", "started", "instruction", "cue")
+    }
+    if not all(isinstance(v, str) for v in play.values()):
+        raise SpagInputError(f"{p}: the keys under 'play' must be strings")
+    instruction("play.instruction", play["instruction"])
+    instructions = texts("training.instructions")
+    for i, text in enumerate(instructions):
+        instruction(f"training.instructions[{i}]", text)
+    cue = get("training.cue")
+    if not isinstance(cue, str):
+        raise SpagInputError(f"{p}: key 'training.cue' must be a string")
+    return KuhnPrompts(
+        path=str(p),
+        play=play,
+        rules=texts("training.rules"),
+        instructions=instructions,
+        history_titles=texts("training.history_titles"),
+        started=texts("training.started"),
+        cue=cue,
+    )
+
+
+def _lines(history: Sequence[Mapping[str, str]]) -> str:
+    return "".join(f"\n  - {m['role']}: {m['content']}" for m in history)
+
+
+class KuhnPoker:
+    """Kuhn Poker through the :class:`spag.game.base.Game` protocol."""
+
+    name = "kuhn_poker"
+    roles = (FIRST, SECOND)
+    outcomes = (*WINS.values(), FIRST_BROKE_RULES, SECOND_BROKE_RULES, UNFINISHED)
+    _winner = {outcome: seat for (seat, _), outcome in WINS.items()}
+    _chips = {outcome: chips for (_, chips), outcome in WINS.items()}
+
+    def winner(self, outcome: str) -> str | None:
+        return self._winner.get(outcome)
+
+    def rule_breaker(self, outcome: str) -> str | None:
+        return {FIRST_BROKE_RULES: FIRST, SECOND_BROKE_RULES: SECOND}.get(outcome)
+
+    def result(self, outcome: str, role: str) -> float:
+        """Chips ``role`` won in the hand (a rule break costs its author the ante)."""
+        if outcome in self._winner:
+            chips = self._chips[outcome]
+            return float(chips if role == self._winner[outcome] else -chips)
+        breaker = self.rule_breaker(outcome)
+        if breaker is None:
+            return 0.0
+        return -1.0 if role == breaker else 1.0
+
+    def judge(
+        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
+    ) -> tuple[str, int]:
+        return judge_hand(history, secret, max_turns)
+
+    def end_reason(
+        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
+    ) -> str | None:
+        moves, breaker = play_hand(history)
+        if breaker is not None:
+            return END_RULE_BREAK
+        if to_act(moves) is None:
+            return END_FINISHED
+        if len(history) >= 2 * max_turns:
+            return END_MAX_TURNS
+        return None
+
+    def default_prompts_path(self) -> str:
+        return str(Path(__file__).resolve().parent / "kuhn_poker_prompts.yaml")
+
+    def load_prompts(self, path: str | None = None) -> KuhnPrompts:
+        return load_kuhn_prompts(path or self.default_prompts_path())
+
+    def _instruction(
+        self, text: str, history: Sequence[Mapping[str, str]], role: str, secret: str
+    ) -> str:
+        moves, _ = play_hand(history)
+        card = parse_deal(secret)[self.roles.index(role)]
+        return text.format(seat=role, card=card, moves=" or ".join(legal_moves(moves)))
+
+    def play_prompt(
+        self,
+        prompts: KuhnPrompts,
+        history: Sequence[Mapping[str, str]],
+        role: str,
+        secret: str,
+        max_turns: int,
+    ) -> str:
+        play = prompts.play
+        so_far = f"{play['history_title']}{_lines(history)}" if history else play["started"]
+        instruction = self._instruction(play["instruction"], history, role, secret)
+        return f"{play['rules']}\n\n{so_far}\n\n{instruction}\n\n{play['cue']}"
+
+    def training_prompt(
+        self,
+        prompts: KuhnPrompts,
+        history: Sequence[Mapping[str, str]],
+        role: str,
+        secret: str,
+        max_turns: int,
+        u: float,
+    ) -> str:
+        idx = int(u * len(prompts.rules) * len(prompts.instructions) * len(prompts.history_titles))
+        idx, i_rules = divmod(idx, len(prompts.rules))
+        idx, i_ins = divmod(idx, len(prompts.instructions))
+        i_title = idx % len(prompts.history_titles)
+        if history:
+            so_far = f"{prompts.history_titles[i_title]}{_lines(history)}"
+        else:
+            so_far = prompts.started[i_title % len(prompts.started)]
+        instruction = self._instruction(prompts.instructions[i_ins], history, role, secret)
+        return f"{prompts.rules[i_rules]}\n\n{so_far}\n\n{instruction}\n\n{prompts.cue}"
+
+
+KUHN_POKER = KuhnPoker()
