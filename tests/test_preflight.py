@@ -302,3 +302,25 @@ def test_a_batch_above_the_engine_capacity_is_a_warning(tmp_path):
     assert "A100-80GB / H100-80GB (no GPU here): 57 games of 2048 tokens" in row.detail
     plan.batch_size = 16
     assert not _capacity_row(plan, str(tmp_path)).detail.startswith("warning")
+
+
+def test_capacity_counts_copied_kv_heads_and_nested_configs(tmp_path):
+    """An engine over more GPUs than KV heads keeps a copy of a head on each; a
+    multimodal config nests the language model's part under text_config."""
+    from spag.ops.capacity import kv_bytes_per_token, model_config
+
+    gqa = {**LLAMA2_7B, "num_key_value_heads": 2}
+    assert kv_bytes_per_token(gqa, 2, 2) == 2 * 32 * 1 * 128 * 2
+    assert kv_bytes_per_token(gqa, 2, 8) == 2 * 32 * 1 * 128 * 2  # not a quarter head
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": LLAMA2_7B}))
+    assert model_config(tmp_path)[0]["hidden_size"] == 4096
+
+
+def test_a_relative_model_folder_starts_its_engine(standin_vllm, tiny_model_dir, monkeypatch):
+    """The engine's job runs in a folder of its own: a relative base-model path is
+    resolved first."""
+    import os
+
+    monkeypatch.chdir(tiny_model_dir.parent)
+    rows = {r.check: r for r in run_checks(_vllm_plan(os.path.basename(tiny_model_dir)))}
+    assert rows["vllm engine"].status == "ok", rows["vllm engine"].detail

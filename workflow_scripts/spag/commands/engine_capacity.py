@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from spag.errors import SpagInputError
 from spag.generation.settings import DTYPES, SelfplaySettings
-from spag.ops.capacity import GPU_FAMILIES, engine_capacity, model_config
+from spag.ops.capacity import GPU_FAMILIES, NEEDED_KEYS, engine_capacity, model_config, text_config
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,9 +35,14 @@ def run(args: argparse.Namespace) -> int:
 
     path = Path(args.model)
     if path.is_file():
-        config, parameters = json.loads(path.read_text()), None
+        config, parameters = text_config(json.loads(path.read_text())), None
     else:
         config, parameters = model_config(path)
+    missing = [k for k in NEEDED_KEYS if k not in config]
+    if missing:
+        raise SpagInputError(
+            f"{path}: the config has no {', '.join(missing)}: not a decoder this estimate knows"
+        )
     sizes = {f"{g:g} GiB": g for g in args.gpu_memory_gib} if args.gpu_memory_gib else GPU_FAMILIES
     for name, gib in sizes.items():
         cap = engine_capacity(

@@ -25,8 +25,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textblob.en.inflect import pluralize
-
 ATTACKER, DEFENDER = "attacker", "defender"
 ATTACKER_WINS = "attacker_wins"
 DEFENDER_WINS = "defender_wins"
@@ -48,6 +46,10 @@ END_MAX_TURNS = "max_turns"
 
 def plural(word: str) -> str:
     """English plural as computed by ``textblob.en.inflect.pluralize``."""
+    # Imported here: textblob's package pulls in NLTK (over a second), and the
+    # Snakefile imports this module's users when it parses the workflow.
+    from textblob.en.inflect import pluralize
+
     return pluralize(word)
 
 
@@ -55,7 +57,7 @@ def plural(word: str) -> str:
 def derivatives(word: str) -> tuple[str, ...]:
     """The 16 strings that count as the target word: 4 forms, bare and in 3 quote styles."""
     w = word.lower()
-    forms = (w, w + "ing", w + "ed", pluralize(w))
+    forms = (w, w + "ing", w + "ed", plural(w))
     return forms + tuple(q + f + q for f in forms for q in QUOTES)
 
 

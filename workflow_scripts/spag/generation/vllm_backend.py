@@ -60,8 +60,10 @@ class VLLMBackend:
     ) -> None:
         import os
 
-        # Read by vLLM when the engine starts (inherited by its process).
-        os.environ["VLLM_BATCH_INVARIANT"] = "1" if batch_invariant else "0"
+        if batch_invariant:
+            # Read by vLLM when the engine starts (inherited by its process); off, the
+            # user's own VLLM_BATCH_INVARIANT stands.
+            os.environ["VLLM_BATCH_INVARIANT"] = "1"
         try:
             from vllm import LLM
         except ImportError as exc:

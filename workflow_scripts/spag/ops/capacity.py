@@ -31,6 +31,14 @@ BLOCK_TOKENS = 16  # vLLM's default KV cache block size
 ACTIVATION_RESERVE_GIB = 2.0
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Nominal total memory of common GPU families (GiB): the cards of the capacity table.
+# What the estimate reads of a model's config.
+NEEDED_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
 GPU_FAMILIES = {"A100-40GB": 40, "A100-80GB / H100-80GB": 80, "H200": 141}
 
 
@@ -64,11 +72,15 @@ def _head_dim(config: dict[str, Any]) -> int:
     return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
 
 
-def kv_bytes_per_token(config: dict[str, Any], dtype_bytes: int) -> int:
-    """Bytes of KV cache one token keeps in every layer."""
+def kv_bytes_per_token(
+    config: dict[str, Any], dtype_bytes: int, tensor_parallel_size: int | None = None
+) -> int:
+    """Bytes of KV cache one token keeps in every layer, on each GPU of an engine over
+    ``tensor_parallel_size`` GPUs (vLLM copies KV heads when there are fewer than GPUs)."""
     heads = config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or heads
-    return 2 * config["num_hidden_layers"] * kv_heads * _head_dim(config) * dtype_bytes
+    per_gpu = max(kv_heads // max(tensor_parallel_size or 1, 1), 1)
+    return 2 * config["num_hidden_layers"] * per_gpu * _head_dim(config) * dtype_bytes
 
 
 def parameter_count(config: dict[str, Any]) -> int:
@@ -100,7 +112,7 @@ def engine_capacity(
     nbytes = _dtype_bytes(dtype)
     tp = max(int(tensor_parallel_size or 1), 1)
     weights = (parameters or parameter_count(config)) * nbytes / tp
-    per_token = kv_bytes_per_token(config, nbytes) // tp
+    per_token = kv_bytes_per_token(config, nbytes, tp)
     kv = max(gpu_memory_gib * share - weights / GIB - ACTIVATION_RESERVE_GIB, 0.0)
     blocks = int(kv * GIB) // (per_token * BLOCK_TOKENS)
     games = blocks // math.ceil(max_length / BLOCK_TOKENS)
@@ -115,13 +127,18 @@ def engine_capacity(
     )
 
 
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's part of a config (multimodal configs nest it)."""
+    return config.get("text_config", config) if "num_hidden_layers" not in config else config
+
+
 def model_config(model_dir: str | Path) -> tuple[dict[str, Any], int | None]:
     """A model folder's ``config.json`` and its parameter count from the safetensors
     headers (None where it has no safetensors files)."""
     import struct
 
     folder = Path(model_dir)
-    config = json.loads((folder / "config.json").read_text())
+    config = text_config(json.loads((folder / "config.json").read_text()))
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return config, None

@@ -90,6 +90,44 @@ def nvml_device_count() -> int | None:
     return min(len(listed), int(count.value))
 
 
+class _NvmlMemory(ctypes.Structure):
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+def nvml_devices() -> list[dict[str, Any]]:
+    """Name and total memory of the GPUs NVML lists (all of the node's; empty without
+    NVML). No CUDA context: for a process that leaves the GPU to a vLLM engine."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return []
+    if nvml.nvmlInit_v2() != 0:
+        return []
+    out = []
+    try:
+        count = ctypes.c_uint(0)
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return []
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            memory = _NvmlMemory()
+            name = ctypes.create_string_buffer(96)
+            if (
+                nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0
+                and nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == 0
+                and nvml.nvmlDeviceGetName(handle, name, 96) == 0
+            ):
+                gib = round(memory.total / 1024**3, 1)
+                out.append({"index": i, "name": name.value.decode(), "memory_gib": gib})
+    finally:
+        nvml.nvmlShutdown()
+    return out
+
+
 def cuda_problem(probe: bool = True) -> str | None:
     """Why CUDA cannot be used in this process (None when it works).
 

@@ -102,9 +102,11 @@ def _torch_rows(plan: FamilyPlan) -> list[Row]:
     ]
     if plan.device != "cuda":
         return rows
-    from spag.ops.device import cuda_devices, cuda_problem
+    from spag.ops.device import cuda_devices, cuda_problem, nvml_devices
 
-    problem = cuda_problem()
+    # A vLLM family checks as its shards do (no CUDA context: the engine row starts an
+    # engine beside this process, which must not hold GPU memory).
+    problem = cuda_problem(probe=plan.backend != "vllm")
     if problem:
         rows.append(
             Row(
@@ -115,8 +117,10 @@ def _torch_rows(plan: FamilyPlan) -> list[Row]:
             )
         )
     else:
-        gpus = ", ".join(f"{d['name']} ({d['memory_gib']} GiB)" for d in cuda_devices())
-        rows.append(Row("cuda", OK, f"allocation and matmul work; GPUs: {gpus}"))
+        listed = nvml_devices() if plan.backend == "vllm" else cuda_devices()
+        gpus = ", ".join(f"{d['name']} ({d['memory_gib']} GiB)" for d in listed)
+        checked = "allocation and matmul work" if plan.backend != "vllm" else "NVML lists them"
+        rows.append(Row("cuda", OK, f"{checked}; GPUs: {gpus}"))
     return rows
 
 
@@ -217,7 +221,7 @@ def _engine_model_dir(plan: FamilyPlan) -> tuple[str | None, str]:
         return None, f"{name} is converted by the run; the first shard starts the engine"
     folder = Path(name).expanduser()
     if folder.is_dir():
-        return str(folder), ""
+        return str(folder.resolve()), ""  # the engine's job runs in another folder
     # A hub id: its snapshot in the local cache, never a download from here.
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -242,10 +246,9 @@ def _capacity_row(plan: FamilyPlan, model_dir: str) -> Row:
         config, parameters = model_config(model_dir)
         gpus: dict[str, float] = {}
         if plan.device == "cuda":
-            from spag.ops.device import cuda_devices, cuda_problem
+            from spag.ops.device import nvml_devices
 
-            if cuda_problem() is None:
-                gpus = {d["name"]: d["memory_gib"] for d in cuda_devices()[:1]}
+            gpus = {d["name"]: d["memory_gib"] for d in nvml_devices()[:1]}
         gpus = gpus or {f"{k} (no GPU here)": v for k, v in GPU_FAMILIES.items()}
         caps = {
             name: engine_capacity(
