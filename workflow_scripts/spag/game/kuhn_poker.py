@@ -17,10 +17,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from spag.errors import SpagInputError
 from spag.evaluation.kuhn import CARDS, legal_moves, payoff, to_act
+from spag.game.prompts import PromptsFile, placeholders
 
 FIRST, SECOND = "first", "second"
 MOVE = re.compile(r"\b(check|bet|call|fold)\b", re.IGNORECASE)
@@ -91,68 +91,34 @@ class KuhnPrompts:
     cue: str
 
 
-_KEYS = {"{seat}", "{card}", "{moves}"}
+_PLACEHOLDERS = frozenset({"seat", "card", "moves"})
 
 
 def load_kuhn_prompts(path: str | Path) -> KuhnPrompts:
     """Read and check a Kuhn Poker prompts file, naming the file and key on error."""
-    import yaml
+    c = PromptsFile.read(path)
 
-    p = Path(path)
-    if not p.is_file():
-        raise SpagInputError(f"prompts file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpagInputError(f"{p}: not a readable YAML file: {exc}") from exc
-
-    def get(key: str) -> Any:
-        node = data
-        for part in key.split("."):
-            if not isinstance(node, Mapping) or part not in node:
-                raise SpagInputError(f"{p}: missing key '{key}'")
-            node = node[part]
-        return node
-
-    def texts(key: str) -> list[str]:
-        values = get(key)
-        if (
-            not isinstance(values, list)
-            or not values
-            or not all(isinstance(v, str) for v in values)
-        ):
-            raise SpagInputError(f"{p}: key '{key}' must be a non-empty list of strings")
-        return values
-
-    def instruction(key: str, text: str) -> str:
-        if not all(k in text for k in ("{card}", "{moves}")):
-            raise SpagInputError(f"{p}: key '{key}' must show the seat's {{card}} and {{moves}}")
-        try:
-            text.format(seat="first", card="K", moves="check or bet")
-        except (KeyError, IndexError, ValueError) as exc:
-            raise SpagInputError(f"{p}: key '{key}': only {sorted(_KEYS)} may be used") from exc
+    def instruction(key: str, text: str | None = None) -> str:
+        text = c.text(key, _PLACEHOLDERS, text)
+        if not {"card", "moves"} <= placeholders(text):
+            raise SpagInputError(
+                f"{c.path}: key '{key}' must show the seat's {{card}} and {{moves}}"
+            )
         return text
 
-    play = {
-        k: get(f"play.{k}") for k in ("rules", "history_title", "started", "instruction", "cue")
-    }
-    if not all(isinstance(v, str) for v in play.values()):
-        raise SpagInputError(f"{p}: the keys under 'play' must be strings")
-    instruction("play.instruction", play["instruction"])
-    instructions = texts("training.instructions")
+    play = {k: c.text(f"play.{k}") for k in ("rules", "history_title", "started", "cue")}
+    play["instruction"] = instruction("play.instruction")
+    instructions = c.texts("training.instructions", _PLACEHOLDERS)
     for i, text in enumerate(instructions):
         instruction(f"training.instructions[{i}]", text)
-    cue = get("training.cue")
-    if not isinstance(cue, str):
-        raise SpagInputError(f"{p}: key 'training.cue' must be a string")
     return KuhnPrompts(
-        path=str(p),
+        path=c.path,
         play=play,
-        rules=texts("training.rules"),
+        rules=c.texts("training.rules"),
         instructions=instructions,
-        history_titles=texts("training.history_titles"),
-        started=texts("training.started"),
-        cue=cue,
+        history_titles=c.texts("training.history_titles"),
+        started=c.texts("training.started"),
+        cue=c.text("training.cue"),
     )
 
 

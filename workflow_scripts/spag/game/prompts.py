@@ -29,16 +29,33 @@ def default_prompts_path() -> Path:
     return Path(__file__).resolve().parent / "prompts.yaml"
 
 
-def _fields(text: str) -> set[str]:
+def placeholders(text: str) -> set[str]:
+    """The ``{name}`` fields a prompt text uses."""
     return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
 
 
-class _Checker:
-    """Reads typed values out of the parsed YAML, naming the file and key on error."""
+class PromptsFile:
+    """A game's prompts file: typed values read out of its YAML, naming the file and
+    key on error (every game's prompts loader reads through it)."""
 
     def __init__(self, path: str, data: Any) -> None:
         self.path = path
         self.data = data
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> PromptsFile:
+        """Read ``path``; a missing or unreadable file is a :class:`SpagInputError`."""
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise SpagInputError(f"prompts file not found: {p}")
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        try:
+            data = yaml.load(p.read_text(encoding="utf-8"), Loader=loader)
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise SpagInputError(f"{p}: not a readable YAML file: {exc}") from exc
+        return cls(str(p), data)
 
     def get(self, key: str) -> Any:
         node = self.data
@@ -53,7 +70,7 @@ class _Checker:
         if not isinstance(value, str):
             raise SpagInputError(f"{self.path}: key '{key}' must be a string")
         try:
-            extra = _fields(value) - allowed
+            extra = placeholders(value) - allowed
         except ValueError as exc:
             raise SpagInputError(f"{self.path}: key '{key}': bad placeholder: {exc}") from exc
         if extra:
@@ -218,17 +235,8 @@ def _check_role(role: str) -> None:
 
 def load_prompts(path: str | os.PathLike | None = None) -> Prompts:
     """Read and check a prompts file (default: the shipped ``data/prompts.yaml``)."""
-    import yaml
-
-    p = Path(path) if path is not None else default_prompts_path()
-    if not p.is_file():
-        raise SpagInputError(f"prompts file not found: {p}")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=loader)
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpagInputError(f"{p}: not a readable YAML file: {exc}") from exc
-    c = _Checker(str(p), data)
+    c = PromptsFile.read(path if path is not None else default_prompts_path())
+    p = c.path
 
     labels: dict[str, list[tuple[str, str]]] = {r: [] for r in ROLES}
     raw_labels = c.get("training.speaker_labels")
