@@ -208,3 +208,52 @@ def test_no_visible_gpu_is_refused_without_initialising_cuda(torch_claiming_cuda
     assert "no GPU is visible" in device.cuda_problem(probe=False)
     assert device.select_device("auto", "spag play", probe=False) == "cpu"
     assert torch_claiming_cuda == []
+
+
+class _FakeNvml:
+    """libnvidia-ml as far as the device check calls it: 4 GPUs of 80 GiB."""
+
+    def __init__(self) -> None:
+        self.shut = 0
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlShutdown(self):
+        self.shut += 1
+        return 0
+
+    def nvmlDeviceGetCount_v2(self, ref):
+        ref._obj.value = 4
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, i, ref):
+        ref._obj.value = i + 1
+        return 0
+
+    def nvmlDeviceGetMemoryInfo(self, handle, ref):
+        ref._obj.total = 80 * 1024**3
+        return 0
+
+    def nvmlDeviceGetName(self, handle, buffer, size):
+        buffer.value = b"NVIDIA H100"
+        return 0
+
+
+@pytest.mark.parametrize(
+    "visible, count", [(None, 4), ("0,1", 2), ("", 0), ("-1", 0), ("0,1,2,3,4,5", 4)]
+)
+def test_nvml_counts_the_gpus_this_job_may_use(monkeypatch, visible, count):
+    import spag.ops.device as device
+
+    lib = _FakeNvml()
+    monkeypatch.setattr(device.ctypes, "CDLL", lambda name: lib)
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert device.nvml_device_count() == count
+    listed = device.nvml_devices()
+    assert [d["name"] for d in listed] == ["NVIDIA H100"] * 4
+    assert listed[0]["memory_gib"] == 80.0
+    assert lib.shut == 2  # NVML shut down after each call

@@ -11,8 +11,10 @@ it works, else the CPU.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from spag.errors import SpagInputError
@@ -65,29 +67,41 @@ def driver_minimum(built: str) -> str:
     return f"{series} or newer" if series else f"one supporting CUDA {built}"
 
 
-def nvml_device_count() -> int | None:
-    """GPUs this process may use, from NVML (no CUDA context, no ``cuInit``), or None
-    where NVML cannot be loaded. ``CUDA_VISIBLE_DEVICES`` narrows the count as CUDA
-    would (an empty value or ``-1`` hides every GPU)."""
+@contextlib.contextmanager
+def _nvml() -> Iterator[tuple[Any, int] | None]:
+    """NVML initialised with the node's GPU count, or None where it cannot be loaded
+    or counted; shut down on leaving. No CUDA context, no ``cuInit``."""
     try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
     except OSError:
-        return None
-    if nvml.nvmlInit_v2() != 0:
-        return None
+        yield None
+        return
+    if lib.nvmlInit_v2() != 0:
+        yield None
+        return
     try:
         count = ctypes.c_uint(0)
-        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-            return None
+        ok = lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+        yield (lib, int(count.value)) if ok else None
     finally:
-        nvml.nvmlShutdown()
+        lib.nvmlShutdown()
+
+
+def nvml_device_count() -> int | None:
+    """GPUs this process may use, from NVML, or None where NVML cannot be loaded.
+    ``CUDA_VISIBLE_DEVICES`` narrows the count as CUDA would (an empty value or ``-1``
+    hides every GPU)."""
+    with _nvml() as found:
+        if found is None:
+            return None
+        total = found[1]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
-        return int(count.value)
+        return total
     listed = [v for v in visible.split(",") if v.strip()]
     if not listed or listed[0].strip().startswith("-"):
         return 0
-    return min(len(listed), int(count.value))
+    return min(len(listed), total)
 
 
 class _NvmlMemory(ctypes.Structure):
@@ -100,31 +114,23 @@ class _NvmlMemory(ctypes.Structure):
 
 def nvml_devices() -> list[dict[str, Any]]:
     """Name and total memory of the GPUs NVML lists (all of the node's; empty without
-    NVML). No CUDA context: for a process that leaves the GPU to a vLLM engine."""
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return []
-    if nvml.nvmlInit_v2() != 0:
-        return []
-    out = []
-    try:
-        count = ctypes.c_uint(0)
-        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-            return []
-        for i in range(count.value):
+    NVML), for a process that leaves the GPU to a vLLM engine."""
+    out: list[dict[str, Any]] = []
+    with _nvml() as found:
+        if found is None:
+            return out
+        lib, count = found
+        for i in range(count):
             handle = ctypes.c_void_p()
             memory = _NvmlMemory()
             name = ctypes.create_string_buffer(96)
             if (
-                nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0
-                and nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == 0
-                and nvml.nvmlDeviceGetName(handle, name, 96) == 0
+                lib.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0
+                and lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == 0
+                and lib.nvmlDeviceGetName(handle, name, 96) == 0
             ):
                 gib = round(memory.total / 1024**3, 1)
                 out.append({"index": i, "name": name.value.decode(), "memory_gib": gib})
-    finally:
-        nvml.nvmlShutdown()
     return out
 
 
