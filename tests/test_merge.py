@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spag.cli import main
-from spag.data.tables import EPISODE_FIELDS, OUTCOMES
+from spag.data.tables import EPISODE_FIELDS
 
 ROLES = ("attacker", "defender")
 
@@ -57,7 +57,8 @@ def test_merge_judges_and_counts(tmp_path):
     assert table.column("shard").to_pylist() == [0, 0, None, None]
     assert table.column("seed").to_pylist() == [None, None, 7, 7]
     lines = counts.read_text().splitlines()
-    assert lines[0].split("\t") == ["epoch", *OUTCOMES, "total"]
+    outcomes = ["attacker_wins", "defender_wins", "attacker_broke_rules", "tie"]
+    assert lines[0].split("\t") == ["epoch", *outcomes, "total"]
     assert lines[1].split("\t") == ["2", "1", "1", "1", "1", "4"]
 
     # Without --epoch: no epoch column; outcomes absent are written as 0.

@@ -48,8 +48,6 @@ REF_LOGPROB_FIELD = pa.field("ref_logprob", pa.float64())
 SAMPLE_SCHEMA = pa.schema(SAMPLE_FIELDS)
 SCORED_SAMPLE_SCHEMA = pa.schema([*SAMPLE_FIELDS, REF_LOGPROB_FIELD])
 
-OUTCOMES = ("attacker_wins", "defender_wins", "attacker_broke_rules", "tie")
-
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
