@@ -2,6 +2,7 @@
 #
 # rule          spag step                 package module (spag.)
 # target_words  target-words              commands/target_words.py, data/words.py
+#               deals (a dealt game)      commands/deals.py
 # base_model    build-tiny-model (tiny)   commands/build_tiny_model.py, models/tiny.py
 #               prepare-base-model        commands/prepare_base_model.py, ops/base_model.py
 # sft_data      prepare-sft               commands/prepare_sft.py, data/formats.py
@@ -12,14 +13,40 @@ TINY_BASE = (
 )
 
 
+# A game that deals its secrets (Kuhn Poker) lists them; Taboo's come from the word source.
+if GAME.deals is None:
+    SECRETS_STEP = dict(
+        input=dict(
+            stopwords=config["words"]["stopwords"],
+            source=(
+                []
+                if config["words"]["source"] == "wordfreq"
+                else config["words"]["source"]
+            ),
+        ),
+        params=dict(
+            source=config["words"]["source"], args=cli_flags(**words_arguments(config))
+        ),
+        shell=(
+            "exec spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
+            " --output-train {output.train:q} --output-test {output.test:q} {params.args}"
+            " > {log:q} 2>&1"
+        ),
+    )
+else:
+    SECRETS_STEP = dict(
+        input=dict(),
+        params=dict(args=cli_flags(game=GAME.name)),
+        shell=(
+            "exec spag deals --output-train {output.train:q}"
+            " --output-test {output.test:q} {params.args} > {log:q} 2>&1"
+        ),
+    )
+
+
 rule target_words:
     input:
-        stopwords=config["words"]["stopwords"],
-        source=(
-            []
-            if config["words"]["source"] == "wordfreq"
-            else config["words"]["source"]
-        ),
+        **SECRETS_STEP["input"],
     output:
         train=WORDS_TRAIN,
         test=WORDS_TEST,
@@ -32,12 +59,9 @@ rule target_words:
     resources:
         **job_resources("cpu"),
     params:
-        source=config["words"]["source"],
-        args=cli_flags(**words_arguments(config)),
+        **SECRETS_STEP["params"],
     shell:
-        "exec spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
-        " --output-train {output.train:q} --output-test {output.test:q} {params.args}"
-        " > {log:q} 2>&1"
+        SECRETS_STEP["shell"]
 
 
 # The base model is built (the embedded tiny model) or prepared (a hub id, a local

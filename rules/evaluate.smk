@@ -11,7 +11,12 @@
 # eval_games           eval-games       commands/eval_games.py, evaluation/games.py
 # eval_games_baseline  eval-games       commands/eval_games.py, evaluation/games.py
 # eval_reasoning       eval-reasoning   commands/eval_reasoning.py, evaluation/reasoning.py
+# eval_strategy        read-strategy    commands/read_strategy.py, evaluation/strategy.py
+#                      (a solved game: Kuhn Poker)
 # epoch_summary        summarize-epoch  commands/summarize_epoch.py, report/summary.py
+
+
+from spag.ops.device import family_device
 
 
 include: "opponent.smk"
@@ -154,6 +159,37 @@ rule eval_reasoning:
     shell:
         "exec spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
+
+
+# A solved game's exact evaluation: each model's strategy from its own probabilities.
+rule eval_strategy:
+    input:
+        model=named_model,
+        prompts=config["game"]["prompts"],
+    output:
+        STRATEGY,
+    log:
+        log_path("eval", "strategy_{model}.log"),
+    benchmark:
+        bench_path("eval", "strategy_{model}.tsv")
+    conda:
+        gpu_env("train")
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
+    params:
+        threads=threads_arg,
+        args=cli_flags(
+            game=config["game"]["name"],
+            max_turns=config["game"]["max_turns"],
+            prompt_format=config["game"]["prompt_format"],
+            dtype=config["scoring"]["dtype"],
+            device=family_device(config, "evaluate"),
+            trust_remote_code=config["base_model"]["trust_remote_code"],
+        ),
+    shell:
+        "exec spag read-strategy --model {input.model:q} --prompts {input.prompts:q}"
+        " --output {output:q} --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
 rule epoch_summary:

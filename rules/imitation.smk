@@ -5,6 +5,7 @@
 # rule               spag step             package module (spag.)
 # teacher_play       play                  commands/play.py, game/teacher.py
 # teacher_games      merge-episodes        commands/merge_episodes.py, game/merge.py
+# scripted_games     scripted-games        commands/scripted_games.py, game/scripted.py
 # imitation_samples  imitation-samples     commands/imitation_samples.py, data/imitation.py
 # score_imitation    score-ref             commands/score_ref.py, training/scoring.py
 # train_imitation    train                 commands/train.py, training/
@@ -64,6 +65,33 @@ rule teacher_games:
     shell:
         "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
         " --counts {output.counts:q} --epoch 0 --game {params.game} > {log:q} 2>&1"
+
+
+# data.imitation "scripted": the game's scripted player in every seat, for every
+# training secret (Kuhn Poker: random legal moves).
+rule scripted_games:
+    input:
+        words=WORDS_TRAIN,
+    output:
+        SCRIPTED_GAMES,
+    log:
+        log_path("imitation", "scripted_games.log"),
+    benchmark:
+        bench_path("imitation", "scripted_games.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        args=cli_flags(
+            game=config["game"]["name"],
+            games_per_word=config["data"]["scripted"]["games_per_secret"],
+            max_turns=config["game"]["max_turns"],
+            seed=config["seed"],
+        ),
+    shell:
+        "exec spag scripted-games --words {input.words:q} --output {output:q} {params.args}"
+        " > {log:q} 2>&1"
 
 
 rule imitation_samples:

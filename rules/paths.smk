@@ -3,13 +3,19 @@
 
 from pathlib import Path
 
+from spag.game.base import load_game
 from spag.game.teacher import uses_teacher
 
+GAME = load_game(config["game"]["name"])
 EPOCHS = config["epochs"]
 NUM_SHARDS = config["selfplay"]["num_shards"]
 EVAL_NUM_SHARDS = config["evaluation"]["num_shards"]
 # With data.imitation "teacher", M0 imitates games played by data.teacher.
 TEACHER = uses_teacher(config)
+# With data.imitation "scripted", M0 imitates games of the game's scripted player.
+SCRIPTED = config["data"]["imitation"] == "scripted"
+# A solved game (Kuhn Poker): each model's strategy is read out exactly.
+SOLVED = hasattr(GAME, "infosets")
 
 RESULTS = Path("results")
 CHECKPOINTS = Path(
@@ -42,6 +48,7 @@ IMITATION_SAMPLES = result("imitation", "samples.parquet")
 TEACHER_SHARD = result("teacher", "shard_{shard}.parquet")
 TEACHER_EPISODES = result("teacher", "episodes.parquet")
 TEACHER_OUTCOMES = result("teacher", "outcomes.tsv")
+SCRIPTED_GAMES = result("imitation", "scripted_games.parquet")
 IMITATION_SCORED = result("imitation", "scored.parquet")
 IMITATION_MODEL = result("imitation", "model")
 IMITATION_LOSS = result("imitation", "loss.tsv")
@@ -71,6 +78,8 @@ REASONING_MODELS = [*BASELINE_MODELS, *(f"epoch{e}" for e in range(1, EPOCHS + 1
 SUMMARY_EPOCHS = result("summary", "epochs.tsv")
 SUMMARY_REASONING = result("summary", "reasoning.tsv")
 SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
+STRATEGY = result("eval", "strategy", "{model}.tsv")
+SUMMARY_STRATEGIES = result("summary", "poker.tsv")
 PLOTS_DIR = result("plots")
 RUN_INFO = result("run_info.json")
 
@@ -133,6 +142,8 @@ def imitation_targets():
     inputs = [BASE_MODEL, IMITATION_SAMPLES, IMITATION_SCORED, IMITATION_LOSS]
     if TEACHER:
         inputs += [*teacher_shards(), TEACHER_EPISODES, TEACHER_OUTCOMES]
+    if SCRIPTED:
+        inputs.append(SCRIPTED_GAMES)
     return [IMITATION_MODEL, *inputs]
 
 
@@ -169,4 +180,6 @@ def epoch_targets(epoch):
             REASONING.format(model=f"epoch{e}"),
             EPOCH_SUMMARY.format(epoch=e),
         ]
+    if SOLVED:
+        targets += expand(STRATEGY, model=REASONING_MODELS[: len(BASELINE_MODELS) + int(epoch)])
     return targets

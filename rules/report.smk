@@ -7,6 +7,8 @@
 # plots           plot-run       commands/plot_run.py, report/plots.py, report/names.py
 # epoch_plots     plot-epoch     commands/plot_epoch.py, report/plots.py, report/names.py
 # run_info        run-info       commands/run_info.py, provenance.py
+# strategy_table  summarize-strategies  commands/summarize_strategies.py, evaluation/strategy.py
+#                 (a solved game: Kuhn Poker)
 
 from pathlib import Path
 
@@ -27,6 +29,7 @@ REPORT_TARGETS = [
     SUMMARY_REASONING,
     SUMMARY_EVAL_GAMES,
     *([TEACHER_OUTCOMES] if TEACHER else []),
+    *([SUMMARY_STRATEGIES, str(Path(PLOTS_DIR, "exploitability.png"))] if SOLVED else []),
     *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(
         str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}")),
@@ -89,6 +92,37 @@ rule summary_tables:
         " --eval-games-output {output.eval_games:q} --eval-episodes {input.eval_episodes:q}"
         " --commit {params.commit:q} --game {params.game}"
         " --config-digest {params.digest:q} > {log:q} 2>&1"
+
+
+rule strategy_table:
+    input:
+        expand(STRATEGY, model=REASONING_MODELS),
+    output:
+        table=report(
+            SUMMARY_STRATEGIES,
+            caption="../report/summary_poker.rst",
+            category="Summary",
+            subcategory="Tables",
+        ),
+        plot=report(
+            str(Path(PLOTS_DIR, "exploitability.png")),
+            caption="../report/exploitability.rst",
+            category="Summary",
+            subcategory="Exact evaluation",
+        ),
+    log:
+        log_path("strategy_table.log"),
+    benchmark:
+        bench_path("strategy_table.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        models=REASONING_MODELS,
+    shell:
+        "exec spag summarize-strategies --strategies {input:q} --models {params.models}"
+        " --output {output.table:q} --plot {output.plot:q} > {log:q} 2>&1"
 
 
 rule plots:

@@ -22,7 +22,9 @@ if TEACHER:
 
 
 def imitation_input(wildcards):
-    return TEACHER_EPISODES if TEACHER else config["data"]["imitation"]
+    if TEACHER:
+        return TEACHER_EPISODES
+    return SCRIPTED_GAMES if SCRIPTED else config["data"]["imitation"]
 
 
 def teacher_inputs(wildcards):

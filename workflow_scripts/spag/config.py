@@ -105,11 +105,17 @@ def _non_finite(node: Any, path: str = "") -> Iterator[tuple[str, float]]:
         yield path, node
 
 
-def validate_config(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+def validate_config(
+    config: dict[str, Any], source: str = "config", given: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Validate ``config`` in place (filling defaults) and return it.
 
+    ``given`` holds the keys the user set over the workflow's own config file (the
+    ``--configfile`` files and ``--config``); None: every key of ``config`` is the
+    user's. A key that means nothing for the chosen game is refused only where given.
     Raises :class:`SpagInputError` listing every wrong or unknown key by its path.
     """
+    given = copy.deepcopy(config if given is None else given)
     schema = load_schema()
     _coerce_strings(config, schema, schema)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.path))
@@ -135,6 +141,7 @@ def validate_config(config: dict[str, Any], source: str = "config") -> dict[str,
         config[stage].setdefault("objective", objective)
         for key, value in METHOD_DEFAULTS[config[stage]["objective"]].items():
             config[stage].setdefault(key, value)
+    _game_defaults(config, given, source)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
@@ -202,6 +209,8 @@ def check_word_source(config: dict[str, Any], source: str = "config") -> None:
     target-word job, which would otherwise fail naming its flags, not the keys)."""
     from spag.data.words import usable_words
 
+    if load_game_deals(config) is not None:
+        return  # the game deals its secrets: no word source
     w = config["words"]
     need = w["num_train"] + w["num_test"]
     try:
@@ -220,35 +229,93 @@ def check_word_source(config: dict[str, Any], source: str = "config") -> None:
         )
 
 
+def _given_keys(given: dict[str, Any], section: str) -> list[str]:
+    node: Any = given
+    for part in section.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return [f"{section}.{k}" for k in node] if isinstance(node, dict) else []
+
+
+def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -> None:
+    """The chosen game's defaults (its prompts, its demonstrations), and the keys it
+    cannot use refused by name: word settings for a game that deals its secrets,
+    scripted demonstrations for a game without a scripted player."""
+    from spag.game.base import load_game
+
+    game = load_game(config["game"]["name"])
+    if config["game"]["prompts"] is None:
+        config["game"]["prompts"] = game.prompts_file
+    if config["data"]["imitation"] is None:
+        config["data"]["imitation"] = game.demonstrations
+    name = f"game.name '{game.name}'"
+    if game.deals is not None:
+        keys = _given_keys(given, "words")
+        if keys:
+            raise SpagInputError(
+                f"{source}: key '{keys[0]}' means nothing for {name}: it deals its "
+                f"{len(game.deals)} secrets itself (selfplay.games_per_secret sets the hands)"
+            )
+    if game.scripted_reply is None:
+        keys = _given_keys(given, "data.scripted")
+        if config["data"]["imitation"] == "scripted":
+            keys.insert(0, "data.imitation")
+        if keys:
+            raise SpagInputError(
+                f"{source}: key '{keys[0]}': {name} has no scripted player; give "
+                "demonstration games (data.imitation) or a teacher"
+            )
+
+
+def load_game_deals(config: dict[str, Any]) -> tuple[str, ...] | None:
+    from spag.game.base import load_game
+
+    return load_game(config["game"]["name"]).deals
+
+
+def num_secrets(config: dict[str, Any], split: str) -> int:
+    """How many secrets a split holds: the deals of a game that deals them, else
+    ``words.num_train`` / ``words.num_test``."""
+    deals = load_game_deals(config)
+    return len(deals) if deals is not None else config["words"][f"num_{split}"]
+
+
 def _check_cross_keys(config: dict[str, Any], source: str) -> None:
     """Settings that are valid alone but not together, found before any job."""
     words = config["words"]
+    secrets = {split: num_secrets(config, split) for split in ("train", "test")}
+    what = (
+        {"train": "'words.num_train'", "test": "'words.num_test'"}
+        if load_game_deals(config) is None
+        else {
+            s: f"the {n} deals of game.name '{config['game']['name']}'" for s, n in secrets.items()
+        }
+    )
     if words["min_length"] > words["max_length"]:
         raise SpagInputError(
             f"{source}: key 'words.min_length' ({words['min_length']}) is above "
             f"'words.max_length' ({words['max_length']}): no word would qualify"
         )
     shards = config["selfplay"]["num_shards"]
-    if shards > words["num_train"]:
+    if shards > secrets["train"]:
         raise SpagInputError(
-            f"{source}: key 'selfplay.num_shards' ({shards}) is above 'words.num_train' "
-            f"({words['num_train']}): a shard would have no words to play"
+            f"{source}: key 'selfplay.num_shards' ({shards}) is above {what['train']} "
+            f"({secrets['train']}): a shard would have no words to play"
         )
     eval_shards = config["evaluation"]["num_shards"]
-    if eval_shards > words["num_test"]:
+    if eval_shards > secrets["test"]:
         raise SpagInputError(
             f"{source}: key 'evaluation.num_shards' ({eval_shards}) is above "
-            f"'words.num_test' ({words['num_test']}): a shard would have no words to play"
+            f"{what['test']} ({secrets['test']}): a shard would have no words to play"
         )
     teacher = config["data"]["teacher"]
     if (
         config["data"]["imitation"] == "teacher"
         and teacher["words"] == "train"
-        and teacher["num_shards"] > words["num_train"]
+        and teacher["num_shards"] > secrets["train"]
     ):
         raise SpagInputError(
             f"{source}: key 'data.teacher.num_shards' ({teacher['num_shards']}) is above "
-            f"'words.num_train' ({words['num_train']}): a shard would have no words"
+            f"{what['train']} ({secrets['train']}): a shard would have no words"
         )
     from spag.training.distributed import resolve_deepspeed
 

@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     root = Path(args.directory)
     require_run(root)  # before the config files: their absence would be the lesser news
     config: dict = {}
-    for name in args.configfile:
+    given: dict = {}  # the layers over the first (the workflow's own config.yaml)
+    for i, name in enumerate(args.configfile):
         path = Path(name) if Path(name).is_absolute() else root / name
         try:
             layer = yaml.safe_load(path.read_text()) or {}
@@ -35,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
         except yaml.YAMLError as exc:
             raise SpagInputError(f"--configfile {path}: not YAML ({exc})") from None
         _merge(config, layer)
-    validate_config(config, source=" + ".join(args.configfile))
+        if i:
+            _merge(given, layer)
+    validate_config(config, source=" + ".join(args.configfile), given=given or None)
     print(format_status(run_status(config, root)))
     return 0
 

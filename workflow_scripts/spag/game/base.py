@@ -15,13 +15,19 @@ and judges what is said), kept to what a batched, turn-by-turn loop needs:
 - outcome names, each either decisive (a role won by play), a rule break (a role
   broke the rules: the other role wins) or neither (a tie);
 - the judge: after each message, whether the game is over, and at the end its
-  outcome and the message that decided it.
+  outcome and the message that decided it;
+- where its secrets come from: a word source (``deals`` None: Taboo's target words,
+  config ``words``) or a closed set the game lists (``deals``: Kuhn Poker's six deals,
+  each played ``selfplay.games_per_secret`` times per epoch);
+- optionally a scripted player (``scripted_reply``), legal but naive, whose games
+  can be M0's demonstrations (``data.imitation: scripted``).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from spag.errors import SpagInputError
@@ -29,6 +35,7 @@ from spag.errors import SpagInputError
 # Game name -> "module:object" of its implementation.
 GAMES: dict[str, str] = {
     "taboo": "spag.game.taboo:TABOO",
+    "kuhn_poker": "spag.game.kuhn_poker:KUHN_POKER",
 }
 
 
@@ -38,6 +45,11 @@ class Game(Protocol):
     name: str
     roles: tuple[str, str]  # speaking order: roles[0] speaks first
     outcomes: tuple[str, ...]  # every outcome name written to the data, in table order
+    prompts_file: str  # the shipped prompts file, relative to the project (game.prompts)
+    deals: tuple[str, ...] | None  # a closed set of secrets, or None: from config words
+    demonstrations: str  # data.imitation's default: a shipped file, or "scripted"
+    # (history, secret, random.Random) -> a reply; None when the game has no scripted player.
+    scripted_reply: Callable[[Sequence[Mapping[str, str]], str, random.Random], str] | None
 
     def winner(self, outcome: str) -> str | None:
         """The role that won ``outcome`` by play; None for ties and rule breaks."""

@@ -13,13 +13,14 @@ winner and the chips won; the result of an outcome is the chips each seat won.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from spag.errors import SpagInputError
-from spag.evaluation.kuhn import CARDS, legal_moves, payoff, to_act
+from spag.evaluation.kuhn import CARDS, DEALS, INFOSETS, InfoSet, legal_moves, payoff, to_act
 from spag.game.prompts import PromptsFile, placeholders
 
 FIRST, SECOND = "first", "second"
@@ -34,6 +35,11 @@ WINS = {(seat, chips): f"{seat}_wins_{chips}" for seat in (FIRST, SECOND) for ch
 END_FINISHED = "finished"
 END_RULE_BREAK = "rule_break"
 END_MAX_TURNS = "max_turns"
+
+
+def deal_name(deal: tuple[str, str]) -> str:
+    """``("K", "Q")`` -> ``"kq"``: a deal as a secret."""
+    return "".join(deal).lower()
 
 
 def parse_deal(secret: str) -> tuple[str, str]:
@@ -126,12 +132,38 @@ def _lines(history: Sequence[Mapping[str, str]]) -> str:
     return "".join(f"\n  - {m['role']}: {m['content']}" for m in history)
 
 
+def random_legal_reply(
+    history: Sequence[Mapping[str, str]], secret: str, rng: random.Random
+) -> str:
+    """The scripted player: a uniformly random legal move, whatever its card (legal,
+    far from equilibrium: exploitability 11/24)."""
+    moves, _ = play_hand(history)
+    return rng.choice(legal_moves(moves))
+
+
+def infoset_prompt(
+    prompts: KuhnPrompts, infoset: InfoSet, max_turns: int = 2
+) -> tuple[list[dict[str, str]], str, str]:
+    """An information set as play shows it: ``(history, role, secret)`` with the moves
+    so far as messages of the bare move words, and a deal that gives the seat its card
+    (the other card is never shown to it)."""
+    seat, card, moves = infoset
+    other = next(c for c in CARDS if c != card)
+    deal = (card, other) if seat == FIRST else (other, card)
+    history = [{"role": (FIRST, SECOND)[i % 2], "content": m} for i, m in enumerate(moves)]
+    return history, seat, deal_name(deal)
+
+
 class KuhnPoker:
     """Kuhn Poker through the :class:`spag.game.base.Game` protocol."""
 
     name = "kuhn_poker"
     roles = (FIRST, SECOND)
     outcomes = (*WINS.values(), FIRST_BROKE_RULES, SECOND_BROKE_RULES, UNFINISHED)
+    prompts_file = "data/kuhn_poker_prompts.yaml"
+    demonstrations = "scripted"  # random legal hands (data.scripted)
+    deals = tuple(deal_name(d) for d in DEALS)
+    infosets = INFOSETS  # where a model's strategy is read out exactly (spag.evaluation.strategy)
     _winner = {outcome: seat for (seat, _), outcome in WINS.items()}
     _chips = {outcome: chips for (_, chips), outcome in WINS.items()}
 
@@ -150,6 +182,12 @@ class KuhnPoker:
         if breaker is None:
             return 0.0
         return -1.0 if role == breaker else 1.0
+
+    @staticmethod
+    def scripted_reply(
+        history: Sequence[Mapping[str, str]], secret: str, rng: random.Random
+    ) -> str:
+        return random_legal_reply(history, secret, rng)
 
     def judge(
         self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int

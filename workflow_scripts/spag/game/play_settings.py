@@ -71,7 +71,7 @@ class PlayConfig(SamplingSettings):
         f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
         "vllm: max_num_seqs (default vLLM's)",
     )
-    games_per_word: int = opt(1, "self-play games per target word")
+    games_per_word: int = opt(1, "self-play games per secret (target word, deal)")
     prompts: str | None = opt(None, "prompts YAML (default: the shipped data/prompts.yaml)")
     tensor_parallel_size: int = opt(1, "vllm: GPUs one engine spans")
     batch_memory_gib: float | None = opt(
@@ -210,6 +210,7 @@ def selfplay_arguments(config: dict[str, Any]) -> dict[str, Any]:
         **vllm_memory_arguments(config, s["gpu_memory_utilization"]),
         **{k: s[k] for k in sampling_knobs()},
         "batch_size": s["batch_size"],
+        "games_per_word": s["games_per_secret"],
     }
 
 

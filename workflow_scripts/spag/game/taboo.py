@@ -113,6 +113,10 @@ class AdversarialTaboo:
     name = "taboo"
     roles = (ATTACKER, DEFENDER)
     outcomes = (ATTACKER_WINS, DEFENDER_WINS, ATTACKER_BROKE_RULES, TIE)
+    prompts_file = "data/prompts.yaml"
+    demonstrations = "data/demo_games.json"  # the shipped demonstration games
+    deals = None  # target words come from the word source (config words)
+    scripted_reply = None
     _winners = {ATTACKER_WINS: ATTACKER, DEFENDER_WINS: DEFENDER}
 
     def winner(self, outcome: str) -> str | None:

@@ -63,6 +63,9 @@ class SelfplaySettings(SamplingSettings):
         "one job per shard of the train words (at most words.num_train; shard files are "
         "numbered 000-999)",
     )
+    games_per_secret: int = opt(
+        1, "games per secret (target word, deal) per epoch; Kuhn Poker needs many hands"
+    )
     backend: str = opt("hf", "generation backend", choices=MODEL_BACKENDS)
     batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
     max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context")

@@ -663,3 +663,21 @@ def epoch_plots(
         jobs[plot.key](out / name)
         written.append(out / name)
     return written
+
+
+def plot_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> None:
+    """Exploitability (chips per hand a best response wins) by model, in run order, with
+    the uniform-random player's level; 0 is the equilibrium."""
+    from spag.evaluation import kuhn
+
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    x = range(len(rows))
+    ax.plot(x, [r["exploitability"] for r in rows], "o-", color=PALETTE[1], label="model")
+    ax.axhline(kuhn.exploitability(kuhn.uniform_random()), color=PALETTE[3], ls="--",
+               label="uniform-random player")  # fmt: skip
+    ax.axhline(0.0, color=ALL_COLOR, ls=":", label="equilibrium")
+    ax.set_xticks(list(x), labels=[str(r["model"]) for r in rows])
+    ax.set_ylabel("exploitability (chips per hand)")
+    ax.set_title("Exploitability of each model's strategy (exact)")
+    ax.legend(loc="best", fontsize=9)
+    save(fig, path)
