@@ -11,6 +11,8 @@
 # eval_games           eval-games       commands/eval_games.py, evaluation/games.py
 # eval_games_baseline  eval-games       commands/eval_games.py, evaluation/games.py
 # eval_reasoning       eval-reasoning   commands/eval_reasoning.py, evaluation/reasoning.py
+# eval_hints           score-hints      commands/score_hints.py, evaluation/hints.py
+#                      (a game with a guess: Taboo)
 # eval_strategy        read-strategy    commands/read_strategy.py, evaluation/strategy.py
 #                      (a solved game: Kuhn Poker)
 # epoch_summary        summarize-epoch  commands/summarize_epoch.py, report/summary.py
@@ -159,6 +161,54 @@ rule eval_reasoning:
     shell:
         "exec spag eval-reasoning --model {input.model:q} --model-name {wildcards.model}"
         " --output {output:q} {params.args} > {log:q} 2>&1"
+
+
+def games_of_model(wildcards):
+    """The merged evaluation games of {model}: a baseline's, or M(e)'s."""
+    if wildcards.model in BASELINE_MODELS:
+        return BASELINE_GAMES.format(model=wildcards.model)
+    return EVAL_GAMES.format(epoch=wildcards.model.removeprefix("epoch"))
+
+
+def hints_listener(wildcards):
+    listener = config["evaluation"]["hints"]["listener"]
+    return {"base": BASE_MODEL, "imitation": IMITATION_MODEL}.get(listener, listener)
+
+
+# Graded hints: a fixed listener ranks the secret among held-out words after each
+# attacker message of {model}'s evaluation games.
+rule eval_hints:
+    input:
+        games=games_of_model,
+        listener=hints_listener,
+        words=WORDS_TEST,
+        prompts=config["game"]["prompts"],
+    output:
+        HINTS,
+    log:
+        log_path("eval", "hints_{model}.log"),
+    benchmark:
+        bench_path("eval", "hints_{model}.tsv")
+    conda:
+        gpu_env("train")
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
+    params:
+        threads=threads_arg,
+        args=cli_flags(
+            k=config["evaluation"]["hints"]["k"],
+            seed=config["seed"],
+            game=config["game"]["name"],
+            prompt_format=config["game"]["prompt_format"],
+            dtype=config["scoring"]["dtype"],
+            device=family_device(config, "evaluate"),
+            trust_remote_code=config["base_model"]["trust_remote_code"],
+        ),
+    shell:
+        "exec spag score-hints --listener {input.listener:q} --episodes {input.games:q}"
+        " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        " --threads {params.threads} {params.args} > {log:q} 2>&1"
 
 
 # A solved game's exact evaluation: each model's strategy from its own probabilities.

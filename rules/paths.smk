@@ -16,6 +16,11 @@ TEACHER = uses_teacher(config)
 SCRIPTED = config["data"]["imitation"] == "scripted"
 # A solved game (Kuhn Poker): each model's strategy is read out exactly.
 SOLVED = hasattr(GAME, "infosets")
+# A game with a guess (Taboo): a fixed listener grades the hints of every evaluation game.
+GRADED = (
+    getattr(GAME, "guess_text", None) is not None
+    and config["evaluation"]["hints"]["listener"] is not None
+)
 
 RESULTS = Path("results")
 CHECKPOINTS = Path(
@@ -79,6 +84,8 @@ SUMMARY_EPOCHS = result("summary", "epochs.tsv")
 SUMMARY_REASONING = result("summary", "reasoning.tsv")
 SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
 STRATEGY = result("eval", "strategy", "{model}.tsv")
+HINTS = result("eval", "hints", "{model}.parquet")
+SUMMARY_HINTS = result("summary", "hints.tsv")
 SUMMARY_STRATEGIES = result("summary", "poker.tsv")
 PLOTS_DIR = result("plots")
 RUN_INFO = result("run_info.json")
@@ -180,6 +187,9 @@ def epoch_targets(epoch):
             REASONING.format(model=f"epoch{e}"),
             EPOCH_SUMMARY.format(epoch=e),
         ]
+    models = REASONING_MODELS[: len(BASELINE_MODELS) + int(epoch)]
     if SOLVED:
-        targets += expand(STRATEGY, model=REASONING_MODELS[: len(BASELINE_MODELS) + int(epoch)])
+        targets += expand(STRATEGY, model=models)
+    if GRADED:
+        targets += expand(HINTS, model=models)
     return targets

@@ -7,6 +7,8 @@
 # plots           plot-run       commands/plot_run.py, report/plots.py, report/names.py
 # epoch_plots     plot-epoch     commands/plot_epoch.py, report/plots.py, report/names.py
 # run_info        run-info       commands/run_info.py, provenance.py
+# hints_table     summarize-hints       commands/summarize_hints.py, evaluation/hints.py
+#                 (a game with a guess: Taboo)
 # strategy_table  summarize-strategies  commands/summarize_strategies.py, evaluation/strategy.py
 #                 (a solved game: Kuhn Poker)
 
@@ -30,6 +32,7 @@ REPORT_TARGETS = [
     SUMMARY_EVAL_GAMES,
     *([TEACHER_OUTCOMES] if TEACHER else []),
     *([SUMMARY_STRATEGIES, str(Path(PLOTS_DIR, "exploitability.png"))] if SOLVED else []),
+    *([SUMMARY_HINTS] if GRADED else []),
     *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(
         str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}")),
@@ -92,6 +95,31 @@ rule summary_tables:
         " --eval-games-output {output.eval_games:q} --eval-episodes {input.eval_episodes:q}"
         " --commit {params.commit:q} --game {params.game}"
         " --config-digest {params.digest:q} > {log:q} 2>&1"
+
+
+rule hints_table:
+    input:
+        expand(HINTS, model=REASONING_MODELS),
+    output:
+        report(
+            SUMMARY_HINTS,
+            caption="../report/summary_hints.rst",
+            category="Summary",
+            subcategory="Tables",
+        ),
+    log:
+        log_path("hints_table.log"),
+    benchmark:
+        bench_path("hints_table.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        models=REASONING_MODELS,
+    shell:
+        "exec spag summarize-hints --hints {input:q} --models {params.models}"
+        " --output {output:q} > {log:q} 2>&1"
 
 
 rule strategy_table:

@@ -195,7 +195,7 @@ def test_a_strategy_table_missing_a_set_is_refused(tmp_path):
 def test_infoset_prompts_show_the_seat_its_card_and_moves():
     prompts = KUHN_POKER.load_prompts()
     for infoset in kuhn.INFOSETS:
-        history, role, secret = infoset_prompt(prompts, infoset)
+        history, role, secret = infoset_prompt(infoset)
         text = KUHN_POKER.play_prompt(prompts, history, role, secret, 2)
         assert f"your card is {infoset[1]}" in text
         assert " or ".join(kuhn.legal_moves(infoset[2])) in text
@@ -209,12 +209,21 @@ def test_read_strategy_matches_the_models_own_next_token_probabilities(tiny_mode
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     prompts = KUHN_POKER.load_prompts()
-    rows = read_strategy(tiny_model_dir, KUHN_POKER, prompts, prompt_format="raw", max_turns=2)
+    rows = read_strategy(
+        tiny_model_dir,
+        KUHN_POKER,
+        prompts,
+        prompt_format="raw",
+        max_turns=2,
+        dtype="float32",
+        device="cpu",
+        trust_remote_code=False,
+    )
     assert len(rows) == 12
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     for row, infoset in zip(rows, kuhn.INFOSETS, strict=True):
-        history, role, secret = infoset_prompt(prompts, infoset)
+        history, role, secret = infoset_prompt(infoset)
         text = KUHN_POKER.play_prompt(prompts, history, role, secret, 2)
         ids = tok(text).input_ids
         probs = {}
@@ -247,3 +256,17 @@ def test_metrics_of_a_pure_strategy_are_exact():
     assert m["ev_vs_equilibrium"] == pytest.approx(
         kuhn.value_against(always_bet, kuhn.equilibrium(Fraction(1, 6)))
     )
+
+
+def test_a_prompts_file_without_a_seats_prompt_is_refused_at_plan_time(tmp_path, monkeypatch):
+    from spag.config import check_run_inputs
+
+    shipped = yaml.safe_load((REPO / "data/kuhn_poker_prompts.yaml").read_text())
+    del shipped["play"]["instruction"]
+    path = tmp_path / "prompts.yaml"
+    path.write_text(yaml.safe_dump(shipped))
+    layers = {"game": {"name": "kuhn_poker", "prompts": str(path)}}
+    config = validate_config(_config(**copy.deepcopy(layers)), given=layers)
+    monkeypatch.chdir(REPO)
+    with pytest.raises(SpagInputError, match=r"game\.prompts.*play\.instruction"):
+        check_run_inputs(config)

@@ -26,10 +26,11 @@ DECLARING = [
     "spag.game.rewards",
     "spag.data.words",
     "spag.evaluation.reasoning",
+    "spag.evaluation.hints",
 ]
 # Keys of a section that another section declares (a subsection), or the workflow alone
 # reads (no step takes them).
-OWNED_ELSEWHERE = {("evaluation",): {"reasoning"}}
+OWNED_ELSEWHERE = {("evaluation",): {"reasoning", "hints"}}
 
 
 def _sections() -> dict[tuple[str, ...], type]:
@@ -58,6 +59,7 @@ def test_the_steps_declare_their_sections():
         ("selfplay",),
         ("evaluation",),
         ("evaluation", "reasoning"),
+        ("evaluation", "hints"),
         ("scoring",),
         ("rewards",),
         ("words",),

@@ -37,6 +37,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval-games": ("eval_games", "win/loss/tie table of evaluation games"),
     "eval-reasoning": ("eval_reasoning", "reasoning benchmarks with lm-evaluation-harness"),
     "read-strategy": ("read_strategy", "a model's exact strategy in a solved game (Kuhn Poker)"),
+    "score-hints": ("score_hints", "graded hints: a listener ranks the secret after each hint"),
+    "summarize-hints": ("summarize_hints", "the graded hints of every model, paired with M0"),
     "summarize-strategies": ("summarize_strategies", "exploitability and chips of every model"),
     "scripted-games": ("scripted_games", "games of the game's scripted player (demonstrations)"),
     "summarize-epoch": ("summarize_epoch", "the summary row of one epoch"),

@@ -177,12 +177,18 @@ def _folder_has_chat_template(folder: Path) -> bool:
 def check_run_inputs(config: dict[str, Any]) -> None:
     """Checks of a validated config that need files, made before any job runs.
 
-    The base model's GGUF (present, a GGUF, an architecture transformers loads) and,
+    The game's prompts file (its keys and placeholders), the base model's GGUF (present, a GGUF, an architecture transformers loads) and,
     with ``game.prompt_format: chat``, a chat template where it can be known now
     (a hub model is checked by its first job).
     """
+    from spag.game.base import load_game
     from spag.ops.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file
 
+    # The game's prompts file: every key and placeholder each seat's prompt needs.
+    try:
+        load_game(config["game"]["name"]).load_prompts(config["game"]["prompts"])
+    except SpagInputError as exc:
+        raise SpagInputError(f"key 'game.prompts': {exc}") from None
     base = config["base_model"]
     name = base["name_or_path"]
     has_template: bool | None = None
@@ -255,6 +261,15 @@ def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -
                 f"{source}: key '{keys[0]}' means nothing for {name}: it deals its "
                 f"{len(game.deals)} secrets itself (selfplay.games_per_secret sets the hands)"
             )
+    if getattr(game, "guess_text", None) is None:
+        keys = _given_keys(given, "evaluation.hints")
+        if keys:
+            raise SpagInputError(
+                f"{source}: key '{keys[0]}' means nothing for {name}: it has no guess "
+                "to grade hints by"
+            )
+    else:
+        _check_hints(config, source)
     if game.scripted_reply is None:
         keys = _given_keys(given, "data.scripted")
         if config["data"]["imitation"] == "scripted":
@@ -264,6 +279,33 @@ def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -
                 f"{source}: key '{keys[0]}': {name} has no scripted player; give "
                 "demonstration games (data.imitation) or a teacher"
             )
+
+
+def _check_hints(config: dict[str, Any], source: str) -> None:
+    hints = config["evaluation"]["hints"]
+    listener = hints["listener"]
+    if listener is None:
+        return
+    from spag.evaluation.hints import DEFAULT_K
+
+    others = config["words"]["num_test"] - 1
+    if others < 1:
+        raise SpagInputError(
+            f"{source}: key 'evaluation.hints.listener': words.num_test 1 leaves no "
+            "held-out word to rank the secret among; set it to null (no graded hints)"
+        )
+    if hints["k"] is None:
+        hints["k"] = max(1, min(DEFAULT_K, others))
+    elif hints["k"] > others:
+        raise SpagInputError(
+            f"{source}: key 'evaluation.hints.k' ({hints['k']}) is above the {others} "
+            "held-out words other than a game's secret (words.num_test - 1)"
+        )
+    if listener not in ("base", "imitation") and not (Path(listener) / "config.json").is_file():
+        raise SpagInputError(
+            f"{source}: key 'evaluation.hints.listener': {listener!r} is not 'base', "
+            "'imitation' or a model folder (no config.json there)"
+        )
 
 
 def load_game_deals(config: dict[str, Any]) -> tuple[str, ...] | None:

@@ -88,6 +88,13 @@ def run(args: argparse.Namespace) -> int:
         game=game,
     )
     write_summary(row, args.output, game)
+    if row["roles_untrained"] != "-":
+        log.warning(
+            "epoch %d: no game samples of %s: self-play trained no move of that role "
+            "this epoch (only the SFT and KL terms reached it)",
+            args.epoch,
+            row["roles_untrained"],
+        )
     trackers = parse_report_to(args.report_to)
     if trackers:
         logged = log_loop_figures(

@@ -49,9 +49,9 @@ def read_strategy(
     *,
     prompt_format: str,
     max_turns: int,
-    dtype: str = "float32",
-    device: str = "cpu",
-    trust_remote_code: bool = False,
+    dtype: str,
+    device: str,
+    trust_remote_code: bool,
 ) -> list[dict[str, Any]]:
     """One row per information set (:data:`STRATEGY_COLUMNS`)."""
     import torch
@@ -65,7 +65,7 @@ def read_strategy(
     renderer = PromptRenderer(tokenizer, prompt_format, source=str(model_dir))
     queries, targets, where = [], [], []
     for infoset in game.infosets:
-        history, role, secret = infoset_prompt(prompts, infoset, max_turns)
+        history, role, secret = infoset_prompt(infoset)
         prompt = game.play_prompt(prompts, history, role, secret, max_turns)
         for move in kuhn.legal_moves(infoset[2]):
             for form in move_forms(move):

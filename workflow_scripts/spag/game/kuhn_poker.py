@@ -141,9 +141,7 @@ def random_legal_reply(
     return rng.choice(legal_moves(moves))
 
 
-def infoset_prompt(
-    prompts: KuhnPrompts, infoset: InfoSet, max_turns: int = 2
-) -> tuple[list[dict[str, str]], str, str]:
+def infoset_prompt(infoset: InfoSet) -> tuple[list[dict[str, str]], str, str]:
     """An information set as play shows it: ``(history, role, secret)`` with the moves
     so far as messages of the bare move words, and a deal that gives the seat its card
     (the other card is never shown to it)."""

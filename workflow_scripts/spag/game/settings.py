@@ -17,7 +17,7 @@ class GameSettings:
 
     name: str = opt("taboo", "the game (spag.game.base.GAMES)", choices=tuple(GAMES))
     max_turns: int = opt(5, "turns per player: a game has at most 2 x max_turns messages")
-    prompts: str = opt("data/prompts.yaml", "prompts YAML (the shipped texts by default)")
+    prompts: str | None = opt(None, "prompts YAML; None: the game's shipped texts")
     prompt_format: str = opt(
         "raw",
         "raw: the prompt text as it is (paper, base models); chat: through the tokenizer's "

@@ -122,6 +122,10 @@ class AdversarialTaboo:
     def winner(self, outcome: str) -> str | None:
         return self._winners.get(outcome)
 
+    def guess_text(self, word: str) -> str:
+        """The defender's correct guess of ``word`` (graded hints score it)."""
+        return f"{GUESS_PHRASE} {word}!"
+
     def rule_breaker(self, outcome: str) -> str | None:
         return ATTACKER if outcome == ATTACKER_BROKE_RULES else None
 

@@ -59,6 +59,7 @@ def summary_columns(game: Game = TABOO) -> list[str]:
         "sft_samples",
         *(f"{r}_samples" for r in roles),
         *(f"{r}_weight" for r in roles),
+        "roles_untrained",
         "reward_mean",
         "reward_std",
         "reward_min",
@@ -167,6 +168,9 @@ def sample_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any
         row[f"{role}_samples"] = len(sel)
         # Every sample of a role carries the same weight (N / 2 N_role).
         row[f"{role}_weight"] = float(sel["weight"].iloc[0]) if len(sel) else 0.0
+    # A role without game samples learns nothing from self-play this epoch (e.g. no
+    # defender wins under the paper's winners-only rewards): said, not left to find.
+    row["roles_untrained"] = " ".join(r for r in game.roles if not row[f"{r}_samples"]) or "-"
     rewards = played["reward"].to_numpy(dtype=float)
     if rewards.size:
         row.update(

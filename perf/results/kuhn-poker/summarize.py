@@ -1,0 +1,74 @@
+"""The Kuhn Poker study's tables, from the run folders beside this file (run_study.sh).
+
+    python perf/results/kuhn-poker/summarize.py > perf/results/kuhn-poker/tables.md
+
+Per config and reward scheme: each model's exact figures for each seed, with their
+mean and range over seeds; then M0's and M3's probability of the aggressive move
+(bet, or call facing a bet) at each information set, beside the equilibrium's
+(first seat alpha = 1/6).
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2] / "workflow_scripts"))
+
+from spag.evaluation import kuhn  # noqa: E402
+
+METRICS = ("exploitability", "ev_vs_random", "ev_vs_equilibrium", "illegal_mass")
+
+
+def read(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def main() -> None:
+    runs = defaultdict(dict)  # (config, scheme) -> seed -> folder
+    for folder in sorted(p for p in HERE.iterdir() if (p / "run.tsv").is_file()):
+        info = read(folder / "run.tsv")[0]
+        runs[(info["config"], info["scheme"])][int(info["seed"])] = (folder, info)
+    for (config, scheme), seeds in sorted(runs.items()):
+        print(f"## {config}, rewards.scheme {scheme}\n")
+        walls = ", ".join(f"seed {s}: {i['wall_s']} s" for s, (_, i) in sorted(seeds.items()))
+        print(f"From nothing (`snakemake -c2 all`, 2 cores): {walls}.\n")
+        rows = {s: {r["model"]: r for r in read(f / "poker.tsv")} for s, (f, _) in seeds.items()}
+        models = list(next(iter(rows.values())))
+        order = sorted(seeds)
+        print("| model | " + " | ".join(METRICS) + " |")
+        print("|---" * (len(METRICS) + 1) + "|")
+        for m in models:
+            cells = []
+            for metric in METRICS:
+                vals = [float(rows[s][m][metric]) for s in order]
+                mean = sum(vals) / len(vals)
+                cells.append(f"{mean:+.3f} ({', '.join(f'{v:+.3f}' for v in vals)})")
+            print(f"| {m} | " + " | ".join(cells) + " |")
+        print(f"\nEach cell: the mean over seeds {', '.join(map(str, order))} (each seed's value).\n")
+        eq = kuhn.equilibrium()
+        print("| seat | card | moves so far | aggressive move | equilibrium | "
+              + " | ".join(f"M0 s{s}" for s in order) + " | "
+              + " | ".join(f"M3 s{s}" for s in order) + " |")  # fmt: skip
+        print("|---" * (4 + 1 + 2 * len(order)) + "|")
+        tables = {
+            (m, s): {(r["seat"], r["card"], r["history"]): r for r in
+                     read(seeds[s][0] / "strategy" / f"{m}.tsv")}
+            for m in ("imitation", "epoch3") for s in order
+        }  # fmt: skip
+        for infoset in kuhn.INFOSETS:
+            key = (infoset[0], infoset[1], " ".join(infoset[2]) or "-")
+            agg = kuhn.legal_moves(infoset[2])[1]
+            cells = [f"{float(tables[(m, s)][key]['aggressive_probability']):.2f}"
+                     for m in ("imitation", "epoch3") for s in order]  # fmt: skip
+            print(f"| {infoset[0]} | {infoset[1]} | {key[2]} | {agg} | "
+                  f"{float(eq[infoset][agg]):.2f} | " + " | ".join(cells) + " |")  # fmt: skip
+        print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Graded hints (spag.evaluation.hints): the listener's scores against a plain forward
+pass, the secret's rank among held-out distractors, the per-model summary and its
+pairing, and an independent check on hand-made dialogues with a real model."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+
+from spag.errors import SpagInputError
+from spag.evaluation.hints import (
+    HINT_SCHEMA,
+    Listener,
+    distractors,
+    hint_ranks,
+    paired_difference,
+    summarize_hints,
+)
+from spag.game.taboo import TABOO, is_correct_prediction
+
+WORDS = ["apple", "river", "guitar", "doctor", "window", "garden", "planet", "coffee",
+         "bridge", "winter", "pencil", "castle"]  # fmt: skip
+
+
+def test_distractors_are_seeded_and_exclude_the_secret():
+    a = distractors(WORDS, "apple", 5, seed=1, episode_id="g1")
+    assert a == distractors(WORDS, "apple", 5, seed=1, episode_id="g1")
+    assert a != distractors(WORDS, "apple", 5, seed=1, episode_id="g2")
+    assert "apple" not in a and len(set(a)) == 5
+    with pytest.raises(SpagInputError, match=r"evaluation\.hints\.k"):
+        distractors(WORDS, "apple", 12, seed=1, episode_id="g1")
+
+
+def test_the_guess_scored_is_a_correct_guess():
+    assert is_correct_prediction(TABOO.guess_text("apple"), "apple")
+
+
+def test_listener_scores_match_a_plain_forward_pass(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    listener = Listener(
+        tiny_model_dir, prompt_format="raw", dtype="float32", device="cpu", trust_remote_code=False
+    )
+    prompt = "The attacker said: a red fruit that keeps the doctor away.\n### Your message:"
+    guesses = [TABOO.guess_text(w) for w in ("apple", "river", "a")]
+    got = listener.logprobs(prompt, guesses)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    ids = tok(prompt).input_ids
+    for guess, score in zip(guesses, got, strict=True):
+        target = tok(guess, add_special_tokens=False).input_ids
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([ids + target])).logits[0].float(), -1)
+        want = sum(float(logp[len(ids) - 1 + i, t]) for i, t in enumerate(target))
+        assert score == pytest.approx(want, abs=1e-4)
+
+
+def _episode(eid, word, attacker_messages, role="attacker"):
+    history = []
+    for text in attacker_messages:
+        history += [{"role": "attacker", "content": text}, {"role": "defender", "content": "hm"}]
+    return {"episode_id": eid, "target_word": word, "history": history, "max_turns": 5,
+            "policy_role": role}  # fmt: skip
+
+
+def test_ranks_one_row_per_attacker_message(tiny_model_dir):
+    listener = Listener(
+        tiny_model_dir, prompt_format="raw", dtype="float32", device="cpu", trust_remote_code=False
+    )
+    eps = [
+        _episode("g1", "apple", ["a fruit", "red and round"]),
+        _episode("g2", "river", ["water"]),
+    ]
+    table = hint_ranks(listener, TABOO, TABOO.load_prompts(), eps, WORDS, k=5, seed=0)
+    assert table.schema == HINT_SCHEMA
+    rows = table.to_pylist()
+    assert [(r["episode_id"], r["attacker_turn"], r["message"]) for r in rows] == [
+        ("g1", 1, 0), ("g1", 2, 2), ("g2", 1, 0),
+    ]  # fmt: skip
+    assert all(1 <= r["rank"] <= 6 and r["candidates"] == 6 for r in rows)
+
+
+def _table(rows):
+    cols = {f.name: [] for f in HINT_SCHEMA}
+    for eid, word, role, turn, rank in rows:
+        for name, v in zip(("episode_id", "target_word", "policy_role", "attacker_turn", "rank"),
+                           (eid, word, role, turn, rank), strict=True):  # fmt: skip
+            cols[name].append(v)
+        cols["message"].append(2 * (turn - 1))
+        cols["reciprocal_rank"].append(1 / rank)
+        cols["candidates"].append(21)
+    return pa.table(cols, schema=HINT_SCHEMA)
+
+
+def test_summary_first_last_best_and_pairing():
+    table = _table([("a", "apple", "attacker", 1, 4), ("a", "apple", "attacker", 2, 1),
+                    ("b", "river", "attacker", 1, 2), ("b", "river", "attacker", 2, 5)])  # fmt: skip
+    rows = {r["role"]: r for r in summarize_hints(table, "m")}
+    att = rows["attacker"]
+    assert att["games"] == 2
+    assert att["mrr_first"] == pytest.approx((1 / 4 + 1 / 2) / 2)
+    assert att["mrr_last"] == pytest.approx((1 + 1 / 5) / 2)
+    assert att["mrr_best"] == pytest.approx((1 + 1 / 2) / 2)
+    assert att["top1_best"] == pytest.approx(0.5) and att["top1_first"] == 0.0
+    assert att["mrr_best_lo"] < att["mrr_best"] < att["mrr_best_hi"]
+    reference = _table([("x", "apple", "attacker", 1, 2), ("y", "river", "attacker", 1, 2)])
+    diff = paired_difference(table, reference)
+    assert diff["pairs"] == 2
+    assert diff["mrr_best_diff"] == pytest.approx(((1 - 0.5) + (0.5 - 0.5)) / 2)
+    assert diff["lo"] <= diff["mrr_best_diff"] <= diff["hi"]
+    assert math.isnan(paired_difference(table, _table([]))["mrr_best_diff"])
+
+
+# Ten words, each with a dialogue of synonyms / close clues and one of unrelated words.
+HAND_MADE = [
+    ("doctor", "Someone who works in a hospital and treats patients.", "A small grey stone on a beach."),
+    ("river", "Water that flows from the mountains down to the sea.", "A loud guitar solo at a concert."),
+    ("coffee", "A hot dark drink people have in the morning, made from beans.", "A tall ladder in a barn."),
+    ("winter", "The cold season of the year, with snow and short days.", "A pencil on a wooden desk."),
+    ("guitar", "A string instrument that rock musicians play.", "A bowl of warm soup."),
+    ("planet", "A large round body like Mars or Earth that orbits the sun.", "A pair of old shoes."),
+    ("bridge", "You cross it to get over a river by car or on foot.", "A cup of green tea."),
+    ("castle", "A big stone fortress where a king and queen lived.", "A fast bicycle race."),
+    ("window", "A glass pane in a wall that lets the light into a room.", "A plate of spaghetti."),
+    ("garden", "A place behind a house where flowers and vegetables grow.", "A broken calculator."),
+]  # fmt: skip
+
+
+def test_clues_rank_the_secret_above_unrelated_words(smollm2_dir):
+    """20 hand-made dialogues scored by SmolLM2-135M-Instruct: a dialogue of clues to
+    the secret ranks it higher than a dialogue of unrelated words."""
+    listener = Listener(
+        smollm2_dir, prompt_format="chat", dtype="float32", device="cpu", trust_remote_code=False
+    )
+    words = [w for w, _, _ in HAND_MADE] + WORDS
+    eps = []
+    for word, clue, unrelated in HAND_MADE:
+        eps += [
+            _episode(f"{word}-clue", word, [clue]),
+            _episode(f"{word}-other", word, [unrelated]),
+        ]
+    rows = {r["episode_id"]: r["rank"] for r in
+            hint_ranks(listener, TABOO, TABOO.load_prompts(), eps, words, k=10, seed=0).to_pylist()}  # fmt: skip
+    better = [w for w, _, _ in HAND_MADE if rows[f"{w}-clue"] < rows[f"{w}-other"]]
+    print({w: (rows[f"{w}-clue"], rows[f"{w}-other"]) for w, _, _ in HAND_MADE})
+    assert len(better) == len(HAND_MADE), rows

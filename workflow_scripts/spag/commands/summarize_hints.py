@@ -1,0 +1,48 @@
+"""``spag summarize-hints``: per model and role, the graded hints' mean reciprocal rank
+and top-1 rate after the attacker's first, last and best message with 95% intervals,
+and each model's paired difference from the reference (M0) on the same words and
+roles (``results/summary/hints.tsv``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hints", nargs="+", required=True, help="hint ranks, in run order")
+    p.add_argument("--models", nargs="+", required=True, help="their model names")
+    p.add_argument("--reference", default="imitation", help="the model others are paired with")
+    p.add_argument("--output", required=True, help="summary TSV to write")
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+    import pyarrow.compute as pc
+
+    from spag.data.tables import read_parquet
+    from spag.errors import SpagInputError
+    from spag.evaluation.hints import paired_difference, summarize_hints
+    from spag.report.summary import write_tsv
+
+    if len(args.models) != len(args.hints):
+        raise SpagInputError(
+            f"--models names {len(args.models)} models for {len(args.hints)} --hints"
+        )
+    tables = {
+        m: read_parquet(h, "hint ranks") for m, h in zip(args.models, args.hints, strict=True)
+    }
+    if args.reference not in tables:
+        raise SpagInputError(f"--reference {args.reference}: not among --models")
+    rows = []
+    for model, table in tables.items():
+        for row in summarize_hints(table, model):
+            role, ref = row["role"], tables[args.reference]
+            if role != "all":  # the games in which the evaluated model had this role
+                table_r = table.filter(pc.equal(table["policy_role"], role))
+                ref = ref.filter(pc.equal(ref["policy_role"], role))
+            diff = paired_difference(table if role == "all" else table_r, ref)
+            row.update(paired_pairs=diff["pairs"], paired_mrr_best_diff=diff["mrr_best_diff"],
+                       paired_lo=diff["lo"], paired_hi=diff["hi"])  # fmt: skip
+            rows.append(row)
+    write_tsv(pd.DataFrame(rows), args.output)
+    return 0

@@ -1,0 +1,230 @@
+"""Graded hints: how well a fixed listener could name the secret from a dialogue.
+
+A win needs a defender that guesses; against one that never does (an echoing
+opponent), a rule-abiding attacker cannot win, whatever its hints. The hint score
+grades the hints themselves. A fixed listener reads the dialogue up to each attacker
+message, as the defender's play prompt shows it, and scores the game's correct guess
+(Taboo: ``I know the word! It is <w>!``) for the secret and for K distractors (other
+held-out words, drawn per game from the seed); the secret's rank among the K + 1 is
+1 when the listener would name it first. A scoring pass: nothing is generated.
+
+The prompt is scored once and its keys/values reused for the K + 1 guesses, so the
+cost is about one forward pass over the prompt per attacker message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from spag.errors import SpagInputError
+from spag.generation.base import derive_seed
+from spag.settings import opt, section
+
+
+DEFAULT_K = 20
+
+
+@section("evaluation", "hints")
+@dataclass(frozen=True, kw_only=True)
+class HintsSettings:
+    """Graded hints of the evaluation games (config ``evaluation.hints``)."""
+
+    listener: str | None = opt(
+        "base", '"base", "imitation" (M0) or a model folder that reads the hints; null: none'
+    )
+    k: int | None = opt(
+        None, f"distractors: held-out words the secret is ranked among; None: {DEFAULT_K}, "
+        "or every other held-out word where there are fewer"
+    )
+
+
+HINT_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string()),
+        pa.field("target_word", pa.string()),
+        pa.field("policy_role", pa.string()),
+        pa.field("message", pa.int64()),  # index of the attacker message in the history
+        pa.field("attacker_turn", pa.int64()),  # 1 for the attacker's first message
+        pa.field("rank", pa.int64()),  # the secret's rank among the K + 1 guesses (1: first)
+        pa.field("reciprocal_rank", pa.float64()),
+        pa.field("candidates", pa.int64()),
+    ]
+)
+
+
+def distractors(words: Sequence[str], secret: str, k: int, seed: int, episode_id: str) -> list[str]:
+    """K held-out words other than ``secret``, drawn for one game from the seed."""
+    pool = sorted({w for w in words if w != secret})
+    if k > len(pool):
+        raise SpagInputError(
+            f"key 'evaluation.hints.k' ({k}) is above the {len(pool)} other held-out words"
+        )
+    return random.Random(derive_seed("hints", seed, episode_id)).sample(pool, k)
+
+
+class Listener:
+    """A causal LM that scores continuations of a prompt, the prompt computed once."""
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike,
+        *,
+        prompt_format: str,
+        dtype: str,
+        device: str,
+        trust_remote_code: bool,
+    ):
+        from spag.models.rendering import PromptRenderer
+        from spag.training.scoring import load_model_and_tokenizer
+
+        self.model, self.tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
+        self.model.to(device).eval()
+        self.device = device
+        self.renderer = PromptRenderer(self.tokenizer, prompt_format, source=str(model_dir))
+
+    def logprobs(self, prompt: str, continuations: Sequence[str]) -> list[float]:
+        """Log-probability of each continuation's tokens right after ``prompt``."""
+        import torch
+
+        pairs = self.renderer.encode_pairs([prompt] * len(continuations), list(continuations))
+        prompt_ids = self.renderer.lead + pairs[0][0]
+        conts = [t[:-1] for _, t in pairs]  # the guess, without the reply's end token
+        width = max(len(c) for c in conts)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(conts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(conts), len(prompt_ids) + width), dtype=torch.long)
+        mask[:, : len(prompt_ids)] = 1
+        for i, c in enumerate(conts):
+            ids[i, : len(c)] = torch.tensor(c)
+            mask[i, len(prompt_ids) : len(prompt_ids) + len(c)] = 1
+        with torch.inference_mode():
+            out = self.model(
+                input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True
+            )
+            cache = out.past_key_values
+            cache.batch_repeat_interleave(len(conts))
+            rest = self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                past_key_values=cache,
+                use_cache=False,
+            ).logits.float()
+            # Token j of a guess is predicted by the prompt's last logit (j = 0) or by
+            # the guess's token j - 1.
+            first = torch.log_softmax(out.logits[0, -1].float(), -1)
+            rest = torch.log_softmax(rest, -1)
+        scores = []
+        for i, c in enumerate(conts):
+            total = float(first[c[0]])
+            for j in range(1, len(c)):
+                total += float(rest[i, j - 1, c[j]])
+            scores.append(total)
+        return scores
+
+
+def hint_ranks(
+    listener: Listener,
+    game: Any,
+    prompts: Any,
+    episodes: Sequence[dict[str, Any]],
+    words: Sequence[str],
+    *,
+    k: int,
+    seed: int,
+) -> pa.Table:
+    """One row per attacker message of every game (:data:`HINT_SCHEMA`)."""
+    first_role, listener_role = game.roles
+    rows: dict[str, list] = {f.name: [] for f in HINT_SCHEMA}
+    for ep in episodes:
+        secret, history = ep["target_word"], ep["history"]
+        others = distractors(words, secret, k, seed, ep["episode_id"])
+        guesses = [game.guess_text(w) for w in (secret, *others)]
+        turn = 0
+        for i, message in enumerate(history):
+            if message["role"] != first_role:
+                continue
+            turn += 1
+            prompt = game.play_prompt(prompts, history[: i + 1], listener_role, secret,
+                                      ep["max_turns"])  # fmt: skip
+            scores = listener.logprobs(prompt, guesses)
+            rank = 1 + sum(s > scores[0] for s in scores[1:])
+            rows["episode_id"].append(ep["episode_id"])
+            rows["target_word"].append(secret)
+            rows["policy_role"].append(ep.get("policy_role"))
+            rows["message"].append(i)
+            rows["attacker_turn"].append(turn)
+            rows["rank"].append(rank)
+            rows["reciprocal_rank"].append(1.0 / rank)
+            rows["candidates"].append(len(guesses))
+    return pa.table(rows, schema=HINT_SCHEMA)
+
+
+def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """Mean and its 95% normal interval (the t quantile would differ below 30 games)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    mean = sum(values) / n
+    if n == 1:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = 1.96 * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def per_game(table: pa.Table) -> dict[str, dict[str, Any]]:
+    """Each game's ranks after the attacker's first, last and best message."""
+    games: dict[str, dict[str, Any]] = {}
+    for r in table.to_pylist():
+        g = games.setdefault(r["episode_id"], {"word": r["target_word"],
+                                               "role": r["policy_role"], "ranks": []})  # fmt: skip
+        g["ranks"].append((r["attacker_turn"], r["rank"]))
+    for g in games.values():
+        ranks = [rank for _, rank in sorted(g["ranks"])]
+        g.update(first=ranks[0], last=ranks[-1], best=min(ranks))
+    return games
+
+
+def summarize_hints(table: pa.Table, model: str) -> list[dict[str, Any]]:
+    """Per role of the evaluated model (and both): mean reciprocal rank and top-1 rate of
+    the secret after the attacker's first, last and best message, with 95% intervals."""
+    games = per_game(table)
+    roles = sorted({g["role"] for g in games.values() if g["role"]})
+    out = []
+    for role in [*roles, "all"]:
+        sel = [g for g in games.values() if role in ("all", g["role"])]
+        row: dict[str, Any] = {"model": model, "role": role, "games": len(sel)}
+        for when in ("first", "last", "best"):
+            for name, value in (("mrr", lambda r: 1.0 / r), ("top1", lambda r: float(r == 1))):
+                m, lo, hi = _mean_interval([value(g[when]) for g in sel])
+                row.update({f"{name}_{when}": m, f"{name}_{when}_lo": lo, f"{name}_{when}_hi": hi})
+        out.append(row)
+    return out
+
+
+def paired_difference(
+    table: pa.Table, reference: pa.Table, seed: int = 0, resamples: int = 2000
+) -> dict[str, float]:
+    """The mean difference in reciprocal rank after the best message, game by game on
+    the same words and roles, with its 95% bootstrap interval."""
+    a, b = per_game(table), per_game(reference)
+    key = lambda g: (g["word"], g["role"])  # noqa: E731
+    ref = {key(g): 1.0 / g["best"] for g in b.values()}
+    diffs = [1.0 / g["best"] - ref[key(g)] for g in a.values() if key(g) in ref]
+    if not diffs:
+        return {"pairs": 0, "mrr_best_diff": math.nan, "lo": math.nan, "hi": math.nan}
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
+    return {
+        "pairs": len(diffs),
+        "mrr_best_diff": sum(diffs) / len(diffs),
+        "lo": means[int(0.025 * resamples)],
+        "hi": means[int(0.975 * resamples) - 1],
+    }
