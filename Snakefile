@@ -21,7 +21,9 @@ configfile: "config.yaml"
 
 
 # Every rule file reads the validated config, the schema's defaults filled in.
-validate_config(config, source="config", given=workflow.config_settings.overwrite_config or None)
+validate_config(
+    config, source="config", given=workflow.config_settings.overwrite_config or None
+)
 
 
 # Shared by the stage files below: where files live and the run's targets (paths), the

@@ -31,7 +31,11 @@ REPORT_TARGETS = [
     SUMMARY_REASONING,
     SUMMARY_EVAL_GAMES,
     *([TEACHER_OUTCOMES] if TEACHER else []),
-    *([SUMMARY_STRATEGIES, str(Path(PLOTS_DIR, "exploitability.png"))] if SOLVED else []),
+    *(
+        [SUMMARY_STRATEGIES, str(Path(PLOTS_DIR, "exploitability.png"))]
+        if SOLVED
+        else []
+    ),
     *([SUMMARY_HINTS] if GRADED else []),
     *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(

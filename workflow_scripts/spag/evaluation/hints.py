@@ -27,7 +27,6 @@ from spag.errors import SpagInputError
 from spag.generation.base import derive_seed
 from spag.settings import opt, section
 
-
 DEFAULT_K = 20
 
 
@@ -40,8 +39,9 @@ class HintsSettings:
         "base", '"base", "imitation" (M0) or a model folder that reads the hints; null: none'
     )
     k: int | None = opt(
-        None, f"distractors: held-out words the secret is ranked among; None: {DEFAULT_K}, "
-        "or every other held-out word where there are fewer"
+        None,
+        f"distractors: held-out words the secret is ranked among; None: {DEFAULT_K}, "
+        "or every other held-out word where there are fewer",
     )
 
 
