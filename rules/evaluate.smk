@@ -163,18 +163,6 @@ rule eval_reasoning:
         " --output {output:q} {params.args} > {log:q} 2>&1"
 
 
-def games_of_model(wildcards):
-    """The merged evaluation games of {model}: a baseline's, or M(e)'s."""
-    if wildcards.model in BASELINE_MODELS:
-        return BASELINE_GAMES.format(model=wildcards.model)
-    return EVAL_GAMES.format(epoch=wildcards.model.removeprefix("epoch"))
-
-
-def hints_listener(wildcards):
-    listener = config["evaluation"]["hints"]["listener"]
-    return {"base": BASE_MODEL, "imitation": IMITATION_MODEL}.get(listener, listener)
-
-
 # Graded hints: a fixed listener ranks the secret among held-out words after each
 # attacker message of {model}'s evaluation games.
 rule eval_hints:

@@ -1,5 +1,7 @@
-# The opponent of the evaluation games (evaluation.opponent): a built-in model, a
-# model folder or an OpenAI-compatible endpoint. Included by evaluate.smk; no rules.
+# Input functions of the evaluation rules: the opponent of the evaluation games
+# (evaluation.opponent: a built-in model, a
+# model folder or an OpenAI-compatible endpoint), each model's games and the hints'
+# listener. Included by evaluate.smk; no rules.
 
 from spag.generation.openai_backend import is_endpoint_spec
 from spag.models.names import model_order
@@ -41,3 +43,15 @@ def epoch_arg(wildcards):
     if "model" in wildcards.keys():
         return f"--epoch={model_order(wildcards.model)}"
     return f"--epoch {wildcards.epoch}"
+
+
+def games_of_model(wildcards):
+    """The merged evaluation games of {model}: a baseline's, or M(e)'s."""
+    if wildcards.model in BASELINE_MODELS:
+        return BASELINE_GAMES.format(model=wildcards.model)
+    return EVAL_GAMES.format(epoch=wildcards.model.removeprefix("epoch"))
+
+
+def hints_listener(wildcards):
+    listener = config["evaluation"]["hints"]["listener"]
+    return {"base": BASE_MODEL, "imitation": IMITATION_MODEL}.get(listener, listener)
