@@ -1,7 +1,7 @@
 # Input functions of the evaluation rules: the opponent of the evaluation games
-# (evaluation.opponent: a built-in model, a
-# model folder or an OpenAI-compatible endpoint), each model's games and the hints'
-# listener. Included by evaluate.smk; no rules.
+# (evaluation.opponent: a built-in model, a model folder or an OpenAI-compatible
+# endpoint), each model's games and the hints' listener. Included by evaluate.smk;
+# no rules.
 
 from spag.generation.openai_backend import is_endpoint_spec
 from spag.models.names import model_order
