@@ -12,7 +12,7 @@
 # eval_games_baseline  eval-games       commands/eval_games.py, evaluation/games.py
 # eval_reasoning       eval-reasoning   commands/eval_reasoning.py, evaluation/reasoning.py
 # eval_hints           score-hints      commands/score_hints.py, evaluation/hints.py
-#                      (a game with a guess: Taboo)
+# eval_inference       score-hints      (a game with a guess: Taboo)
 # eval_strategy        read-strategy    commands/read_strategy.py, evaluation/strategy.py
 #                      (a solved game: Kuhn Poker)
 # epoch_summary        summarize-epoch  commands/summarize_epoch.py, report/summary.py
@@ -195,6 +195,44 @@ rule eval_hints:
         ),
     shell:
         "exec spag score-hints --listener {input.listener:q} --episodes {input.games:q}"
+        " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        " --threads {params.threads} {params.args} > {log:q} 2>&1"
+
+
+# The defender's inference: {model} itself reads fixed dialogues (the same clues for
+# every model) and ranks the secret among the same held-out words.
+rule eval_inference:
+    input:
+        dialogues=inference_dialogues,
+        listener=named_model,
+        words=WORDS_TEST,
+        prompts=config["game"]["prompts"],
+    output:
+        INFERENCE,
+    log:
+        log_path("eval", "inference_{model}.log"),
+    benchmark:
+        bench_path("eval", "inference_{model}.tsv")
+    conda:
+        gpu_env("train")
+    threads: job_threads("evaluate")
+    resources:
+        **job_resources("evaluate"),
+    params:
+        threads=threads_arg,
+        sources="demonstrations m0_games",
+        args=cli_flags(
+            k=config["evaluation"]["hints"]["k"],
+            seed=config["seed"],
+            game=config["game"]["name"],
+            prompt_format=config["game"]["prompt_format"],
+            dtype=config["scoring"]["dtype"],
+            device=family_device(config, "evaluate"),
+            trust_remote_code=config["base_model"]["trust_remote_code"],
+        ),
+    shell:
+        "exec spag score-hints --listener {input.listener:q}"
+        " --episodes {input.dialogues:q} --sources {params.sources}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --threads {params.threads} {params.args} > {log:q} 2>&1"
 

@@ -55,3 +55,9 @@ def games_of_model(wildcards):
 def hints_listener(wildcards):
     listener = config["evaluation"]["hints"]["listener"]
     return {"base": BASE_MODEL, "imitation": IMITATION_MODEL}.get(listener, listener)
+
+
+def inference_dialogues(wildcards):
+    """The fixed dialogues every model reads as the defender: the demonstrations (M0's
+    imitation input; instruction data is skipped) and M0's evaluation games."""
+    return [imitation_input(wildcards), BASELINE_GAMES.format(model="imitation")]

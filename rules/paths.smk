@@ -86,6 +86,8 @@ SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
 STRATEGY = result("eval", "strategy", "{model}.tsv")
 HINTS = result("eval", "hints", "{model}.parquet")
 SUMMARY_HINTS = result("summary", "hints.tsv")
+INFERENCE = result("eval", "inference", "{model}.parquet")
+SUMMARY_INFERENCE = result("summary", "inference.tsv")
 SUMMARY_STRATEGIES = result("summary", "poker.tsv")
 PLOTS_DIR = result("plots")
 RUN_INFO = result("run_info.json")
@@ -191,5 +193,5 @@ def epoch_targets(epoch):
     if SOLVED:
         targets += expand(STRATEGY, model=models)
     if GRADED:
-        targets += expand(HINTS, model=models)
+        targets += expand([HINTS, INFERENCE], model=models)
     return targets

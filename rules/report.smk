@@ -36,7 +36,7 @@ REPORT_TARGETS = [
         if SOLVED
         else []
     ),
-    *([SUMMARY_HINTS] if GRADED else []),
+    *([SUMMARY_HINTS, SUMMARY_INFERENCE] if GRADED else []),
     *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(
         str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}")),
@@ -121,9 +121,29 @@ rule hints_table:
         **job_resources("cpu"),
     params:
         models=REASONING_MODELS,
+        by="role",
     shell:
         "exec spag summarize-hints --hints {input:q} --models {params.models}"
-        " --output {output:q} > {log:q} 2>&1"
+        " --by {params.by} --output {output:q} > {log:q} 2>&1"
+
+
+use rule hints_table as inference_table with:
+    input:
+        expand(INFERENCE, model=REASONING_MODELS),
+    output:
+        report(
+            SUMMARY_INFERENCE,
+            caption="../report/summary_inference.rst",
+            category="Summary",
+            subcategory="Tables",
+        ),
+    log:
+        log_path("inference_table.log"),
+    benchmark:
+        bench_path("inference_table.tsv")
+    params:
+        models=REASONING_MODELS,
+        by="source",
 
 
 rule strategy_table:

@@ -75,6 +75,7 @@ def test_ranks_one_row_per_attacker_message(tiny_model_dir):
         _episode("g2", "river", ["water"]),
     ]
     table = hint_ranks(listener, TABOO, TABOO.load_prompts(), eps, WORDS, k=5, seed=0)
+    assert set(table.column("source").to_pylist()) == {"eval"}
     assert table.schema == HINT_SCHEMA
     rows = table.to_pylist()
     assert [(r["episode_id"], r["attacker_turn"], r["message"]) for r in rows] == [
@@ -83,9 +84,10 @@ def test_ranks_one_row_per_attacker_message(tiny_model_dir):
     assert all(1 <= r["rank"] <= 6 and r["candidates"] == 6 for r in rows)
 
 
-def _table(rows):
+def _table(rows, source="eval"):
     cols = {f.name: [] for f in HINT_SCHEMA}
     for eid, word, role, turn, rank in rows:
+        cols["source"].append(source)
         for name, v in zip(("episode_id", "target_word", "policy_role", "attacker_turn", "rank"),
                            (eid, word, role, turn, rank), strict=True):  # fmt: skip
             cols[name].append(v)
@@ -112,6 +114,14 @@ def test_summary_first_last_best_and_pairing():
     assert diff["mrr_best_diff"] == pytest.approx(((1 - 0.5) + (0.5 - 0.5)) / 2)
     assert diff["lo"] <= diff["mrr_best_diff"] <= diff["hi"]
     assert math.isnan(paired_difference(table, _table([]))["mrr_best_diff"])
+    # The defender's inference: the same dialogues, paired dialogue by dialogue.
+    same = _table([("a", "apple", None, 1, 1), ("b", "river", None, 1, 3)], "demonstrations")
+    ref = _table([("a", "apple", None, 1, 2), ("b", "river", None, 1, 3)], "demonstrations")
+    by_source = {r["source"]: r for r in summarize_hints(same, "m", by="source")}
+    assert set(by_source) == {"demonstrations", "all"}
+    assert by_source["demonstrations"]["mrr_first"] == pytest.approx((1 + 1 / 3) / 2)
+    diff = paired_difference(same, ref, ("source", "episode"))
+    assert diff["pairs"] == 2 and diff["mrr_best_diff"] == pytest.approx(0.25)
 
 
 # Ten words, each with a dialogue of synonyms / close clues and one of unrelated words.

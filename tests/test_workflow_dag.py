@@ -54,7 +54,7 @@ def test_dry_run_job_counts(workdir, epochs, shards, eval_shards):
     expected.update({rule: n * epochs for rule, n in PER_EPOCH.items()})
     # base model, M0, and M1..M(epochs)
     expected["eval_reasoning"] = epochs + 2
-    expected["eval_hints"] = epochs + 2
+    expected["eval_hints"] = expected["eval_inference"] = epochs + 2
     expected[f"spag_epoch{epochs}"] = 1
     assert dict(counts) == expected
 

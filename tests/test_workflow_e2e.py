@@ -28,6 +28,7 @@ DOWNSTREAM_OF_SHARD = {
     "eval_games": 1,
     "eval_reasoning": 1,
     "eval_hints": 1,
+    "eval_inference": 1,
     "epoch_summary": 1,
     "spag_epoch1": 1,
 }

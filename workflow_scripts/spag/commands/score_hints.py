@@ -13,7 +13,19 @@ from spag.game.settings import GameSettings
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listener", required=True, help="model folder that reads the hints")
-    p.add_argument("--episodes", required=True, help="evaluation games (merged Parquet)")
+    p.add_argument(
+        "--episodes",
+        required=True,
+        nargs="+",
+        help="dialogues: evaluation games (merged Parquet) or demonstration games (Parquet"
+        " or the research code's JSON)",
+    )
+    p.add_argument(
+        "--sources",
+        nargs="+",
+        default=None,
+        help="a name per --episodes file (default: eval)",
+    )
     p.add_argument("--words", required=True, help="held-out words: the distractors' pool")
     p.add_argument("--output", required=True, help="hint ranks Parquet to write")
     p.add_argument("--k", type=int, required=True, help="distractors per game")
@@ -31,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import logging
     import time
 
-    from spag.data.tables import read_parquet, write_parquet
+    from spag.data.tables import write_parquet
     from spag.data.words import read_word_list
     from spag.errors import SpagInputError
     from spag.evaluation.hints import Listener, hint_ranks, summarize_hints
@@ -45,7 +57,20 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    episodes = read_parquet(args.episodes, "evaluation games").to_pylist()
+    from spag.data.imitation import load_imitation_input
+
+    sources = args.sources or ["eval"] * len(args.episodes)
+    if len(sources) != len(args.episodes):
+        raise SpagInputError(f"--sources names {len(sources)} of {len(args.episodes)} --episodes")
+    dialogues = []
+    for path, source in zip(args.episodes, sources, strict=True):
+        games, _ = load_imitation_input(path)
+        if games is None:  # instruction data as the demonstrations: no dialogue to read
+            logging.getLogger("spag.score_hints").warning("%s: no games, skipped", path)
+            continue
+        dialogues.append((source, games.to_pylist()))
+    if not dialogues:
+        raise SpagInputError(f"no games in {', '.join(args.episodes)}")
     words = read_word_list(args.words)
     started = time.perf_counter()
     listener = Listener(
@@ -55,12 +80,16 @@ def run(args: argparse.Namespace) -> int:
         device=select_device(args.device, "spag score-hints"),
         trust_remote_code=args.trust_remote_code,
     )
-    table = hint_ranks(listener, game, game.load_prompts(args.prompts), episodes, words,
-                       k=args.k, seed=args.seed)  # fmt: skip
+    import pyarrow as pa
+
+    prompts = game.load_prompts(args.prompts)
+    table = pa.concat_tables(
+        hint_ranks(listener, game, prompts, eps, words, k=args.k, seed=args.seed, source=source)
+        for source, eps in dialogues
+    )
     write_parquet(table, args.output)
     elapsed = time.perf_counter() - started
-    rows = summarize_hints(table, "model")
-    everyone = rows[-1]
+    everyone = summarize_hints(table, "model")[-1]
     logging.getLogger("spag.score_hints").info(
         "%s: %d games, %d attacker messages in %.1f s (%.1f s per 1,000 games); "
         "MRR after the best message %.3f, top-1 %.3f",

@@ -13,6 +13,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", nargs="+", required=True, help="their model names")
     p.add_argument("--reference", default="imitation", help="the model others are paired with")
     p.add_argument("--output", required=True, help="summary TSV to write")
+    p.add_argument(
+        "--by",
+        choices=("role", "source"),
+        default="role",
+        help="role: the evaluated model's role in its own games, paired on the same words"
+        " and roles; source: the dialogues' source, paired on the same dialogues (the"
+        " defender's inference: the same clues read by every model)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
         raise SpagInputError(f"--reference {args.reference}: not among --models")
     rows = []
     for model, table in tables.items():
-        for row in summarize_hints(table, model):
-            role, ref = row["role"], tables[args.reference]
-            if role != "all":  # the games in which the evaluated model had this role
-                table_r = table.filter(pc.equal(table["policy_role"], role))
-                ref = ref.filter(pc.equal(ref["policy_role"], role))
-            diff = paired_difference(table if role == "all" else table_r, ref)
+        for row in summarize_hints(table, model, by=args.by):
+            group, ref, own = row[args.by], tables[args.reference], table
+            column = "policy_role" if args.by == "role" else "source"
+            if group != "all":
+                own = own.filter(pc.equal(own[column], group))
+                ref = ref.filter(pc.equal(ref[column], group))
+            pair_by = ("word", "role") if args.by == "role" else ("source", "episode")
+            diff = paired_difference(own, ref, pair_by)
             row.update(paired_pairs=diff["pairs"], paired_mrr_best_diff=diff["mrr_best_diff"],
                        paired_lo=diff["lo"], paired_hi=diff["hi"])  # fmt: skip
             rows.append(row)

@@ -47,6 +47,7 @@ class HintsSettings:
 
 HINT_SCHEMA = pa.schema(
     [
+        pa.field("source", pa.string()),  # which dialogues (evaluation games, demonstrations)
         pa.field("episode_id", pa.string()),
         pa.field("target_word", pa.string()),
         pa.field("policy_role", pa.string()),
@@ -138,8 +139,10 @@ def hint_ranks(
     *,
     k: int,
     seed: int,
+    source: str = "eval",
 ) -> pa.Table:
-    """One row per attacker message of every game (:data:`HINT_SCHEMA`)."""
+    """One row per attacker message of every game (:data:`HINT_SCHEMA`); ``source``
+    names the dialogues (the rows of several sources can be stacked)."""
     first_role, listener_role = game.roles
     rows: dict[str, list] = {f.name: [] for f in HINT_SCHEMA}
     for ep in episodes:
@@ -155,6 +158,7 @@ def hint_ranks(
                                       ep["max_turns"])  # fmt: skip
             scores = listener.logprobs(prompt, guesses)
             rank = 1 + sum(s > scores[0] for s in scores[1:])
+            rows["source"].append(source)
             rows["episode_id"].append(ep["episode_id"])
             rows["target_word"].append(secret)
             rows["policy_role"].append(ep.get("policy_role"))
@@ -179,12 +183,15 @@ def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def per_game(table: pa.Table) -> dict[str, dict[str, Any]]:
+def per_game(table: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
     """Each game's ranks after the attacker's first, last and best message."""
-    games: dict[str, dict[str, Any]] = {}
+    games: dict[tuple[str, str], dict[str, Any]] = {}
     for r in table.to_pylist():
-        g = games.setdefault(r["episode_id"], {"word": r["target_word"],
-                                               "role": r["policy_role"], "ranks": []})  # fmt: skip
+        g = games.setdefault(
+            (r["source"], r["episode_id"]),
+            {"word": r["target_word"], "role": r["policy_role"], "source": r["source"],
+             "episode": r["episode_id"], "ranks": []},
+        )  # fmt: skip
         g["ranks"].append((r["attacker_turn"], r["rank"]))
     for g in games.values():
         ranks = [rank for _, rank in sorted(g["ranks"])]
@@ -192,15 +199,16 @@ def per_game(table: pa.Table) -> dict[str, dict[str, Any]]:
     return games
 
 
-def summarize_hints(table: pa.Table, model: str) -> list[dict[str, Any]]:
-    """Per role of the evaluated model (and both): mean reciprocal rank and top-1 rate of
-    the secret after the attacker's first, last and best message, with 95% intervals."""
+def summarize_hints(table: pa.Table, model: str, by: str = "role") -> list[dict[str, Any]]:
+    """Per role of the evaluated model (``by="role"``, and both) or per source of the
+    dialogues (``by="source"``): mean reciprocal rank and top-1 rate of the secret
+    after the attacker's first, last and best message, with 95% intervals."""
     games = per_game(table)
-    roles = sorted({g["role"] for g in games.values() if g["role"]})
+    groups = sorted({g[by] for g in games.values() if g[by]})
     out = []
-    for role in [*roles, "all"]:
-        sel = [g for g in games.values() if role in ("all", g["role"])]
-        row: dict[str, Any] = {"model": model, "role": role, "games": len(sel)}
+    for group in [*groups, "all"]:
+        sel = [g for g in games.values() if group in ("all", g[by])]
+        row: dict[str, Any] = {"model": model, by: group, "games": len(sel)}
         for when in ("first", "last", "best"):
             for name, value in (("mrr", lambda r: 1.0 / r), ("top1", lambda r: float(r == 1))):
                 m, lo, hi = _mean_interval([value(g[when]) for g in sel])
@@ -210,12 +218,17 @@ def summarize_hints(table: pa.Table, model: str) -> list[dict[str, Any]]:
 
 
 def paired_difference(
-    table: pa.Table, reference: pa.Table, seed: int = 0, resamples: int = 2000
+    table: pa.Table,
+    reference: pa.Table,
+    pair_by: tuple[str, ...] = ("word", "role"),
+    seed: int = 0,
+    resamples: int = 2000,
 ) -> dict[str, float]:
     """The mean difference in reciprocal rank after the best message, game by game on
-    the same words and roles, with its 95% bootstrap interval."""
+    the same words and roles (or the same dialogues: ``pair_by=("source", "episode")``),
+    with its 95% bootstrap interval."""
     a, b = per_game(table), per_game(reference)
-    key = lambda g: (g["word"], g["role"])  # noqa: E731
+    key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
     ref = {key(g): 1.0 / g["best"] for g in b.values()}
     diffs = [1.0 / g["best"] - ref[key(g)] for g in a.values() if key(g) in ref]
     if not diffs:
