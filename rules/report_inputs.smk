@@ -39,6 +39,7 @@ def run_benchmarks():
         "imitation_samples",
         "score_imitation",
         "train_imitation",
+        *(["scripted_games"] if SCRIPTED else []),
     )
     per_epoch = (
         "selfplay",
@@ -55,6 +56,9 @@ def run_benchmarks():
         "eval_play_baseline": BASELINE_MODELS,
         "eval_merge_baseline": BASELINE_MODELS,
         "eval_games_baseline": BASELINE_MODELS,
+        # The evaluations a game has (graded hints: Taboo; the exact strategy: Kuhn Poker).
+        **({"eval_hints": REASONING_MODELS, "eval_inference": REASONING_MODELS} if GRADED else {}),
+        **({"eval_strategy": REASONING_MODELS} if SOLVED else {}),
     }
     # Self-play and evaluation games are sharded apart.
     eval_rules = ("eval_play", "eval_play_baseline")

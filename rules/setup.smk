@@ -9,7 +9,12 @@ from pathlib import Path
 
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
-from spag.config import check_backend_available, check_run_inputs, check_word_source
+from spag.config import (
+    check_backend_available,
+    check_prompts,
+    check_run_inputs,
+    check_word_source,
+)
 from spag.ops.provenance import ENV_CONFIG
 from spag.ops.tracking import check_trackers_available, workflow_environment
 
@@ -35,6 +40,8 @@ _bindir = Path(sys.executable).parent
 if (_bindir / "spag").exists():
     os.environ.update(PATH=os.pathsep.join([str(_bindir), os.environ.get("PATH", "")]))
 
+# The prompts file is read at every start: it is small, and a changed one reruns play.
+check_prompts(config)
 # The word source is read before any job until the word lists exist.
 if not Path(WORDS_TRAIN).exists():
     check_word_source(config)

@@ -4,6 +4,7 @@
 import sys
 from pathlib import Path
 
+from spag.config import num_secrets
 from spag.data.words import read_word_list
 from spag.game.teacher import is_folder_player, teacher_plan
 
@@ -12,7 +13,7 @@ from spag.game.teacher import is_folder_player, teacher_plan
 if TEACHER:
     _teacher = config["data"]["teacher"]
     _num_words = (
-        config["words"]["num_train"]
+        num_secrets(config, "train")
         if _teacher["words"] == "train"
         else len(read_word_list(_teacher["words"]))
     )

@@ -25,12 +25,12 @@ WORDS = ["apple", "river", "guitar", "doctor", "window", "garden", "planet", "co
 
 
 def test_distractors_are_seeded_and_exclude_the_secret():
-    a = distractors(WORDS, "apple", 5, seed=1, episode_id="g1")
-    assert a == distractors(WORDS, "apple", 5, seed=1, episode_id="g1")
-    assert a != distractors(WORDS, "apple", 5, seed=1, episode_id="g2")
+    a = distractors(WORDS, "apple", 5, seed=1)
+    assert a == distractors(WORDS, "apple", 5, seed=1)  # every model's games of the word
+    assert a != distractors(WORDS, "apple", 5, seed=2)
     assert "apple" not in a and len(set(a)) == 5
     with pytest.raises(SpagInputError, match=r"evaluation\.hints\.k"):
-        distractors(WORDS, "apple", 12, seed=1, episode_id="g1")
+        distractors(WORDS, "apple", 12, seed=1)
 
 
 def test_the_guess_scored_is_a_correct_guess():
@@ -82,6 +82,10 @@ def test_ranks_one_row_per_attacker_message(tiny_model_dir):
         ("g1", 1, 0), ("g1", 2, 2), ("g2", 1, 0),
     ]  # fmt: skip
     assert all(1 <= r["rank"] <= 6 and r["candidates"] == 6 for r in rows)
+    # The message that breaks the rules (it says the word) is not graded.
+    broke = _episode("g3", "apple", ["a fruit", "an apple a day"])
+    rows = hint_ranks(listener, TABOO, TABOO.load_prompts(), [broke], WORDS, k=5, seed=0)
+    assert rows.column("attacker_turn").to_pylist() == [1]
 
 
 def _table(rows, source="eval"):

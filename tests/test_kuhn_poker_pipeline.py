@@ -259,7 +259,7 @@ def test_metrics_of_a_pure_strategy_are_exact():
 
 
 def test_a_prompts_file_without_a_seats_prompt_is_refused_at_plan_time(tmp_path, monkeypatch):
-    from spag.config import check_run_inputs
+    from spag.config import check_prompts
 
     shipped = yaml.safe_load((REPO / "data/kuhn_poker_prompts.yaml").read_text())
     del shipped["play"]["instruction"]
@@ -269,4 +269,4 @@ def test_a_prompts_file_without_a_seats_prompt_is_refused_at_plan_time(tmp_path,
     config = validate_config(_config(**copy.deepcopy(layers)), given=layers)
     monkeypatch.chdir(REPO)
     with pytest.raises(SpagInputError, match=r"game\.prompts.*play\.instruction"):
-        check_run_inputs(config)
+        check_prompts(config)

@@ -177,18 +177,12 @@ def _folder_has_chat_template(folder: Path) -> bool:
 def check_run_inputs(config: dict[str, Any]) -> None:
     """Checks of a validated config that need files, made before any job runs.
 
-    The game's prompts file (its keys and placeholders), the base model's GGUF (present, a GGUF, an architecture transformers loads) and,
+    The base model's GGUF (present, a GGUF, an architecture transformers loads) and,
     with ``game.prompt_format: chat``, a chat template where it can be known now
     (a hub model is checked by its first job).
     """
-    from spag.game.base import load_game
     from spag.ops.base_model import PACKAGED_MODELS, check_gguf, packaged_model_file
 
-    # The game's prompts file: every key and placeholder each seat's prompt needs.
-    try:
-        load_game(config["game"]["name"]).load_prompts(config["game"]["prompts"])
-    except SpagInputError as exc:
-        raise SpagInputError(f"key 'game.prompts': {exc}") from None
     base = config["base_model"]
     name = base["name_or_path"]
     has_template: bool | None = None
@@ -208,6 +202,16 @@ def check_run_inputs(config: dict[str, Any]) -> None:
             f"key 'game.prompt_format' is 'chat', but the tokenizer of {where} has no chat "
             "template; use prompt_format 'raw'"
         )
+
+
+def check_prompts(config: dict[str, Any]) -> None:
+    """The game's prompts file has every key and placeholder each seat's prompt needs."""
+    from spag.game.base import load_game
+
+    try:
+        load_game(config["game"]["name"]).load_prompts(config["game"]["prompts"])
+    except SpagInputError as exc:
+        raise SpagInputError(f"key 'game.prompts': {exc}") from None
 
 
 def check_word_source(config: dict[str, Any], source: str = "config") -> None:

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         _merge(config, layer)
         if i:
             _merge(given, layer)
-    validate_config(config, source=" + ".join(args.configfile), given=given or None)
+    validate_config(config, source=" + ".join(args.configfile), given=given)
     print(format_status(run_status(config, root)))
     return 0
 

@@ -60,14 +60,15 @@ HINT_SCHEMA = pa.schema(
 )
 
 
-def distractors(words: Sequence[str], secret: str, k: int, seed: int, episode_id: str) -> list[str]:
-    """K held-out words other than ``secret``, drawn for one game from the seed."""
+def distractors(words: Sequence[str], secret: str, k: int, seed: int) -> list[str]:
+    """K held-out words other than ``secret``, drawn from the seed and the secret: every
+    model's games of one word meet the same distractors, so they pair up."""
     pool = sorted({w for w in words if w != secret})
     if k > len(pool):
         raise SpagInputError(
             f"key 'evaluation.hints.k' ({k}) is above the {len(pool)} other held-out words"
         )
-    return random.Random(derive_seed("hints", seed, episode_id)).sample(pool, k)
+    return random.Random(derive_seed("hints", seed, secret)).sample(pool, k)
 
 
 class Listener:
@@ -147,11 +148,15 @@ def hint_ranks(
     rows: dict[str, list] = {f.name: [] for f in HINT_SCHEMA}
     for ep in episodes:
         secret, history = ep["target_word"], ep["history"]
-        others = distractors(words, secret, k, seed, ep["episode_id"])
+        others = distractors(words, secret, k, seed)
+        # A message that broke the rules (Taboo: it says the word) grades nothing: the
+        # listener would rank the secret first for it.
+        outcome, n = game.judge(history, secret, ep["max_turns"])
+        broken = n - 1 if game.rule_breaker(outcome) == first_role else None
         guesses = [game.guess_text(w) for w in (secret, *others)]
         turn = 0
         for i, message in enumerate(history):
-            if message["role"] != first_role:
+            if message["role"] != first_role or i == broken:
                 continue
             turn += 1
             prompt = game.play_prompt(prompts, history[: i + 1], listener_role, secret,
