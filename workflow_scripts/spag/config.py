@@ -240,10 +240,17 @@ def check_word_source(config: dict[str, Any], source: str = "config") -> None:
 
 
 def _given_keys(given: dict[str, Any], section: str) -> list[str]:
+    """The keys of ``section`` in ``given`` set to something else than the schema's
+    default (a config validated once holds every default: validating it again passes)."""
     node: Any = given
+    props: Any = load_schema()
     for part in section.split("."):
         node = node.get(part) if isinstance(node, dict) else None
-    return [f"{section}.{k}" for k in node] if isinstance(node, dict) else []
+        props = props.get("properties", {}).get(part, {})
+    if not isinstance(node, dict):
+        return []
+    defaults = {k: v.get("default", object()) for k, v in props.get("properties", {}).items()}
+    return [f"{section}.{k}" for k, v in node.items() if v != defaults.get(k, object())]
 
 
 def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -> None:

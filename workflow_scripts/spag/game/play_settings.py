@@ -210,7 +210,8 @@ def selfplay_arguments(config: dict[str, Any]) -> dict[str, Any]:
         **vllm_memory_arguments(config, s["gpu_memory_utilization"]),
         **{k: s[k] for k in sampling_knobs()},
         "batch_size": s["batch_size"],
-        "games_per_word": s["games_per_secret"],
+        # Only where set: at 1 the command stays that of earlier runs (no rerun of play).
+        **({"games_per_word": s["games_per_secret"]} if s["games_per_secret"] != 1 else {}),
     }
 
 
