@@ -39,7 +39,16 @@ def winners(
     winner = game.winner(outcome)
     if winner is None:
         return []
-    turns = [k for k in range(n) if episode.history[k]["role"] == winner]
+    # The reference multiplies a total reward of 1.0 by the share.
+    return _discounted(episode, winner, n, decay, 1.0)
+
+
+def _discounted(
+    episode: Episode, role: str, n: int, decay: float, result: float
+) -> list[tuple[int, float]]:
+    """``role``'s messages among the first n: its k-th gets ``(1/decay)^k`` (by repeated
+    multiplication, as the reference), normalised to sum to 1, times ``result``."""
+    turns = [k for k in range(n) if episode.history[k]["role"] == role]
     coeffs, coeff = [], 1.0
     for _ in turns:
         coeff *= 1.0 / decay
@@ -47,8 +56,7 @@ def winners(
     total = 0.0
     for c in coeffs:
         total += c
-    # The reference multiplies a total reward of 1.0 by the share.
-    return [(k, 1.0 * c / total) for k, c in zip(turns, coeffs, strict=True)]
+    return [(k, result * c / total) for k, c in zip(turns, coeffs, strict=True)]
 
 
 def zero_sum(
@@ -64,13 +72,7 @@ def zero_sum(
         result = game.result(outcome, role)
         if result == 0:
             continue
-        turns = [k for k in range(n) if episode.history[k]["role"] == role]
-        coeffs, coeff = [], 1.0
-        for _ in turns:
-            coeff *= 1.0 / decay
-            coeffs.append(coeff)
-        total = sum(coeffs)
-        picked += [(k, result * c / total) for k, c in zip(turns, coeffs, strict=True)]
+        picked += _discounted(episode, role, n, decay, result)
     return sorted(picked)
 
 
