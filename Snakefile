@@ -22,7 +22,9 @@ configfile: "config.yaml"
 
 # Every rule file reads the validated config, the schema's defaults filled in.
 # Keys a game cannot use are refused where the user gave them: over config.yaml.
-validate_config(config, source="config", given=workflow.config_settings.overwrite_config)
+validate_config(
+    config, source="config", given=workflow.config_settings.overwrite_config
+)
 
 
 # Shared by the stage files below: where files live and the run's targets (paths), the

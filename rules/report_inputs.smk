@@ -57,7 +57,11 @@ def run_benchmarks():
         "eval_merge_baseline": BASELINE_MODELS,
         "eval_games_baseline": BASELINE_MODELS,
         # The evaluations a game has (graded hints: Taboo; the exact strategy: Kuhn Poker).
-        **({"eval_hints": REASONING_MODELS, "eval_inference": REASONING_MODELS} if GRADED else {}),
+        **(
+            {"eval_hints": REASONING_MODELS, "eval_inference": REASONING_MODELS}
+            if GRADED
+            else {}
+        ),
         **({"eval_strategy": REASONING_MODELS} if SOLVED else {}),
     }
     # Self-play and evaluation games are sharded apart.
