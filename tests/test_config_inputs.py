@@ -81,6 +81,8 @@ def test_the_packaged_model_with_chat_passes():
         ({"spag": {"learning_rate": float("nan")}}, r"key 'spag.learning_rate': nan is not a finite"),
         ({"selfplay": {"temperature": float("inf")}}, r"key 'selfplay.temperature': inf is not"),
         ({"rewards": {"decay": float("nan")}}, r"key 'rewards.decay': nan"),
+        ({"rewards": {"control": True}, "spag": {"sft_coeff": 0}},
+         r"key 'rewards.control' is true and 'spag.sft_coeff' is 0: .* would train nothing"),
     ],
 )  # fmt: skip
 def test_settings_that_fail_hours_in_are_refused_before_any_job(sections, message):

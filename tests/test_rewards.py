@@ -110,6 +110,18 @@ def test_seed_makes_prompts_deterministic():
     assert len({tuple(q) for q in queries}) > 1
 
 
+def test_control_arm_keeps_every_row_and_weighs_the_games_0():
+    sft = pa.table({"query": ["What is 2+2?"], "target": ["4"]})
+    t = episodes_table(GAMES)
+    spag = assign_rewards(t, seed=3, sft=sft).to_pandas()
+    control = assign_rewards(t, seed=3, sft=sft, control=True).to_pandas()
+    games = spag["type"] == "game"
+    assert games.sum() > 0 and (spag.loc[games, "weight"] > 0).all()
+    assert (control.loc[games, "weight"] == 0).all()
+    assert (control.loc[~games, "weight"] == 1.0).all()
+    assert spag.drop(columns="weight").equals(control.drop(columns="weight"))
+
+
 def test_sft_rows_appended():
     sft = pa.table({"query": ["What is 2+2?", "Name a colour."], "target": ["4", "Blue"]})
     out = assign_rewards(episodes_table(GAMES), sft=sft).to_pylist()

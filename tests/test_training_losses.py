@@ -105,6 +105,23 @@ def test_offline_po_loss_and_gradient_by_hand():
     assert stats["ratio_max"].item() == pytest.approx(math.exp(0.5), abs=1e-6)
 
 
+def test_offline_po_learns_nothing_from_game_samples_of_weight_0():
+    # The control arm: game rows weigh 0, so only the SFT rows move the model, by the
+    # same gradient as in a batch where the games have any other rewards.
+    lp = torch.tensor([-1.0, -0.5, -2.0, -1.5], requires_grad=True)
+    ref = torch.tensor([-1.0, -1.0, -1.0, -1.0])
+    is_sft = torch.tensor([False, False, True, False])
+    weight = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    grads = []
+    for reward in ([0.6, 1.0, 1.0, -0.5], [5.0, -3.0, 1.0, 2.0]):
+        lp.grad = None
+        loss, _ = offline_po_loss(lp, ref, torch.tensor(reward), weight, is_sft,
+                                  kl_coeff=0.2, sft_coeff=0.5, clip_eps=0.2)  # fmt: skip
+        loss.backward()
+        grads.append(lp.grad.tolist())
+    assert grads[0] == grads[1] == pytest.approx([0.0, 0.0, -0.5, 0.0])
+
+
 def test_offline_po_takes_the_unclipped_branch_outside_the_clip_range():
     # The min picks adv * ratio, not adv * clip(ratio), whenever that is smaller, even
     # with the ratio outside [1 - eps, 1 + eps]: the clip only removes the incentive to

@@ -4,6 +4,9 @@ intermediate file."""
 
 from __future__ import annotations
 
+import csv
+import shutil
+
 import pyarrow.parquet as pq
 import pytest
 from workflow_utils import (
@@ -13,6 +16,8 @@ from workflow_utils import (
     make_workdir,
     snakemake,
 )
+
+from spag.cli import main
 
 pytestmark = pytest.mark.e2e
 
@@ -88,6 +93,9 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     assert shard0.read_bytes() == before
     assert {p: _fingerprint(p) for p in untouched} == untouched
 
+    control = tmp_path / "control"
+    shutil.copytree(wd, control, symlinks=True)
+
     # 5. The epoch's target means what it says: a removed intermediate (the episodes)
     #    is planned again with its dependents, the shards are not.
     (wd / "results/epoch1/episodes.parquet").unlink()
@@ -96,6 +104,40 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     expected = {k: v for k, v in DOWNSTREAM_OF_SHARD.items() if k != "selfplay"}
     assert dict(job_counts(res.stdout + res.stderr)) == expected
 
+    # 6. The control arm of the same run: one switch; the same games, samples and steps
+    #    with the game samples weighing 0; M0 and the self-play games are not redone.
+    res = snakemake(control, "spag_epoch1", config={"rewards": {"control": True}})
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res.stdout + res.stderr)
+    assert counts["assign_rewards"] == 1 and "selfplay" not in counts
+    assert "train_imitation" not in counts
+    spag_samples = pq.read_table(wd / "results/epoch1/samples.parquet").to_pandas()
+    control_samples = pq.read_table(control / "results/epoch1/samples.parquet").to_pandas()
+    game_rows = spag_samples["type"] == "game"
+    assert game_rows.any() and (spag_samples.loc[game_rows, "weight"] > 0).all()
+    assert (control_samples.loc[game_rows, "weight"] == 0).all()
+    same = spag_samples.drop(columns="weight")
+    assert same.equals(control_samples.drop(columns="weight"))
+    steps = [len(csv_rows(arm / "results/epoch1/loss.tsv")) for arm in (wd, control)]
+    assert steps[0] == steps[1] > 0
+    (summary,) = csv_rows(control / "results/epoch1/summary.tsv")
+    assert summary["roles_untrained"] == "attacker defender"
+    out = tmp_path / "arms.tsv"
+    assert main(["compare-arms", "--spag", str(wd), "--control", str(control),
+                 "--output", str(out)]) == 0  # fmt: skip
+    rows = csv_rows(out)
+    assert {r["model"] for r in rows} == {"epoch1"}
+    assert {"win_rate", "broke_rules_rate", "hints_mrr_best", "inference_mrr_best"} <= {
+        r["metric"] for r in rows
+    }
+    wins = next(r for r in rows if r["metric"] == "win_rate" and r["group"] == "all")
+    assert int(wins["pairs"]) == 2 * TINY_OVERLAY["words"]["num_test"]
+
 
 def _planned_outputs(dry_run_stdout: str) -> str:
     return "\n".join(line for line in dry_run_stdout.splitlines() if "output:" in line)
+
+
+def csv_rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))

@@ -40,6 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score-hints": ("score_hints", "graded hints: a listener ranks the secret after each hint"),
     "summarize-hints": ("summarize_hints", "the graded hints of every model, paired with M0"),
     "summarize-strategies": ("summarize_strategies", "exploitability and chips of every model"),
+    "compare-arms": ("compare_arms", "a SPAG run against its control arm, paired model by model"),
     "scripted-games": ("scripted_games", "games of the game's scripted player (demonstrations)"),
     "summarize-epoch": ("summarize_epoch", "the summary row of one epoch"),
     "summarize-run": ("summarize_run", "the run-wide summary tables"),

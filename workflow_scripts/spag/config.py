@@ -18,7 +18,7 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
-from spag.training.objectives import STAGE_OBJECTIVE
+from spag.training.objectives import STAGE_OBJECTIVE, coefficients
 from spag.training.settings import METHOD_DEFAULTS
 
 
@@ -369,6 +369,17 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
         raise SpagInputError(
             f"{source}: key 'data.teacher.num_shards' ({teacher['num_shards']}) is above "
             f"{what['train']} ({secrets['train']}): a shard would have no words"
+        )
+    spag = config["spag"]
+    if (
+        config["rewards"]["control"]
+        and "sft_coeff" in coefficients(spag["objective"])
+        and spag["sft_coeff"] == 0
+    ):
+        raise SpagInputError(
+            f"{source}: key 'rewards.control' is true and 'spag.sft_coeff' is 0: the control "
+            f"arm's game samples weigh 0, so its SPAG step ({spag['objective']}) would train "
+            "nothing"
         )
     from spag.training.distributed import resolve_deepspeed
 

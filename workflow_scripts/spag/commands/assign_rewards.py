@@ -51,14 +51,16 @@ def run(args: argparse.Namespace) -> int:
         source=str(job.episodes),
         sft_source=str(job.sft_data),
         game=game,
+        control=job.control,
     )
     write_parquet(samples, job.output)
     n_game = samples.num_rows - (sft.num_rows if sft is not None else 0)
     log.info(
-        "%s: %d samples (%d from games, %d SFT) from %d episodes",
+        "%s: %d samples (%d from games%s, %d SFT) from %d episodes",
         job.output,
         samples.num_rows,
         n_game,
+        ", weighing 0: control arm" if job.control else "",
         samples.num_rows - n_game,
         episodes.num_rows,
     )

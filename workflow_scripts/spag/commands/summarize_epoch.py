@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     write_summary(row, args.output, game)
     if row["roles_untrained"] != "-":
         log.warning(
-            "epoch %d: no game samples of %s: self-play trained no move of that role "
-            "this epoch (only the SFT and KL terms reached it)",
+            "epoch %d: no game samples of %s with a weight above 0: self-play trained no "
+            "move of that role this epoch (only the objective's other terms reached it)",
             args.epoch,
             row["roles_untrained"],
         )

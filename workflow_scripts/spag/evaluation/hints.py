@@ -228,21 +228,22 @@ def paired_difference(
     pair_by: tuple[str, ...] = ("word", "role"),
     seed: int = 0,
     resamples: int = 2000,
+    when: str = "best",
 ) -> dict[str, float]:
-    """The mean difference in reciprocal rank after the best message, game by game on
-    the same words and roles (or the same dialogues: ``pair_by=("source", "episode")``),
-    with its 95% bootstrap interval."""
+    """The mean difference in reciprocal rank after the attacker's ``when`` message
+    (first, last, best), game by game on the same words and roles (or the same
+    dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval."""
     a, b = per_game(table), per_game(reference)
     key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
-    ref = {key(g): 1.0 / g["best"] for g in b.values()}
-    diffs = [1.0 / g["best"] - ref[key(g)] for g in a.values() if key(g) in ref]
+    ref = {key(g): 1.0 / g[when] for g in b.values()}
+    diffs = [1.0 / g[when] - ref[key(g)] for g in a.values() if key(g) in ref]
     if not diffs:
-        return {"pairs": 0, "mrr_best_diff": math.nan, "lo": math.nan, "hi": math.nan}
+        return {"pairs": 0, f"mrr_{when}_diff": math.nan, "lo": math.nan, "hi": math.nan}
     rng = random.Random(seed)
     means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
     return {
         "pairs": len(diffs),
-        "mrr_best_diff": sum(diffs) / len(diffs),
+        f"mrr_{when}_diff": sum(diffs) / len(diffs),
         "lo": means[int(0.025 * resamples)],
         "hi": means[int(0.975 * resamples) - 1],
     }

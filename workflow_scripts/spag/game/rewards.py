@@ -88,11 +88,18 @@ class RewardsSettings:
                       choices=tuple(REWARD_SCHEMES))  # fmt: skip
     # The design's flag name (docs/design.md section 5) predates the config key.
     decay: float = opt(0.8, "reward decay", flag="decay_weight")
+    control: bool = opt(
+        False,
+        "control arm: game samples keep their rows but weigh 0, so the SPAG step trains "
+        "the rest of its objective alone (offline_po: the SFT term) with SPAG's batches, "
+        "steps and seeds",
+    )
 
 
 def rewards_arguments(config: dict[str, Any]) -> dict[str, Any]:
     """``spag assign-rewards``'s settings from a validated config (``{"decay_weight": 0.8,
-    "scheme": "winners"}``); the rule adds the files and the epoch's seed."""
+    "scheme": "winners", "control": False}``); the rule adds the files and the epoch's
+    seed."""
     return config_options(RewardsSettings, config["rewards"])
 
 
@@ -190,12 +197,15 @@ def assign_rewards(
     source: str,
     sft_source: str = "sft data",
     game: Game = TABOO,
+    control: bool = RewardsSettings.control,
 ) -> pa.Table:
     """Judge the episodes and build the samples table (``SAMPLE_SCHEMA``).
 
     Game rows come in episode order, then message order; SFT rows follow.
     The randomised prompts depend only on ``seed`` and the input. ``source`` and
-    ``sft_source`` name the inputs in error messages.
+    ``sft_source`` name the inputs in error messages. With ``control`` every game row
+    weighs 0: the table, hence the trainer's batches and steps, is the one SPAG would
+    train on, but nothing is learned from the games.
     """
     if not decay > 0:
         raise SpagInputError(f"decay weight must be positive, got {decay}")
@@ -214,6 +224,8 @@ def assign_rewards(
     )
     # The role weights need every game's samples: set once they are all in.
     weights = role_weights(sampled, game)
+    if control:
+        weights = dict.fromkeys(weights, 0.0)
     samples.columns["weight"] = [weights[r] for r in samples.columns["role"]]
     if sft_cols is not None:
         samples.add_sft(*sft_cols)

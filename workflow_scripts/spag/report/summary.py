@@ -168,9 +168,12 @@ def sample_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any
         row[f"{role}_samples"] = len(sel)
         # Every sample of a role carries the same weight (N / 2 N_role).
         row[f"{role}_weight"] = float(sel["weight"].iloc[0]) if len(sel) else 0.0
-    # A role without game samples learns nothing from self-play this epoch (e.g. no
-    # defender wins under the paper's winners-only rewards): said, not left to find.
-    row["roles_untrained"] = " ".join(r for r in game.roles if not row[f"{r}_samples"]) or "-"
+    # A role without game samples of weight above 0 learns nothing from self-play this
+    # epoch (e.g. no defender wins under the paper's winners-only rewards, or the control
+    # arm): said, not left to find.
+    row["roles_untrained"] = (
+        " ".join(r for r in game.roles if not row[f"{r}_samples"] or not row[f"{r}_weight"]) or "-"
+    )
     rewards = played["reward"].to_numpy(dtype=float)
     if rewards.size:
         row.update(

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# SPAG against its control arm (rewards.control: game samples weigh 0), per seed:
+#   perf/results/control/run_study.sh default            (from the project root)
+#   perf/results/control/run_study.sh smollm2-135m       (configs/<name>.yaml)
+# The SPAG arm runs from nothing in a fresh copy of the workflow under $STUDY_DIR
+# (default /tmp/control-study); the control arm runs in a copy of that folder with
+# the switch on, so M0 and epoch 1's games are shared and everything after them is
+# redone. Tables, the comparison and each arm's wall time are copied here, to
+# <config>-s<seed>/.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+project=$(cd "$here/../../.." && pwd)
+study=${STUDY_DIR:-/tmp/control-study}
+seeds=${SEEDS:-42 7}
+for config in "$@"; do
+  configfile=()
+  [ "$config" = default ] || configfile=(--configfile "configs/$config.yaml")
+  for seed in $seeds; do
+    name="$config-s$seed"
+    spag="$study/$name/spag" control="$study/$name/control" out="$here/$name"
+    rm -rf "$study/$name" && mkdir -p "$spag"
+    (cd "$project" && git ls-files -co --exclude-standard -- Snakefile config.yaml configs rules \
+      data profiles report envs | tar cf - -T -) | tar xf - -C "$spag"
+    start=$(date +%s)
+    (cd "$spag" && snakemake -c2 all "${configfile[@]}" --config seed="$seed" \
+      > snakemake.log 2>&1)
+    mid=$(date +%s)
+    cp -a "$spag" "$control" && rm -rf "$control/checkpoints"  # SPAG's, not to resume
+    (cd "$control" && snakemake -c2 all "${configfile[@]}" --config seed="$seed" \
+      "rewards={control: true}" > snakemake.log 2>&1)
+    end=$(date +%s)
+    rm -rf "$out" && mkdir -p "$out"
+    spag compare-arms --spag "$spag" --control "$control" --output "$out/arms.tsv"
+    for arm in spag control; do
+      mkdir -p "$out/$arm"
+      cp "$study/$name/$arm"/results/summary/*.tsv "$out/$arm/"
+    done
+    printf 'config\tseed\tspag_wall_s\tcontrol_wall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\n' \
+      "$config" "$seed" "$((mid - start))" "$((end - mid))" "$(date -u +%FT%TZ)" \
+      "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run.tsv"
+    echo "$name: spag $((mid - start)) s, control $((end - mid)) s"
+  done
+done

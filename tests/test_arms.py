@@ -1,0 +1,73 @@
+"""A SPAG run against its control arm: every metric of each model, paired where games
+pair, from two run folders (`spag compare-arms`)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from test_eval_paired import _episodes
+from test_hints import _table
+
+from spag.cli import main
+from spag.data.tables import write_parquet
+from spag.errors import SpagInputError
+from spag.evaluation.arms import compare_arms
+from spag.game.taboo import TABOO
+
+
+def _arm(root, wins_as_attacker, hint_ranks, exploitability):
+    """A run folder whose M1 wins ``wins_as_attacker`` of 12 attacker games and whose
+    hints rank each secret ``hint_ranks[i]`` after its one attacker message."""
+    results = root / "results"
+    (results / "epoch1" / "eval").mkdir(parents=True)
+    _episodes(results / "epoch1" / "eval" / "games.parquet", "epoch1", 1, wins_as_attacker)
+    (results / "eval" / "hints").mkdir(parents=True)
+    rows = [(f"a{i}", f"word{i}", "attacker", 1, r) for i, r in enumerate(hint_ranks)]
+    write_parquet(_table(rows), results / "eval" / "hints" / "epoch1.parquet")
+    (results / "summary").mkdir()
+    (results / "summary" / "poker.tsv").write_text(
+        "model\texploitability\tev_vs_random\tev_vs_equilibrium\tillegal_mass\n"
+        f"epoch1\t{exploitability}\t0.25\t-0.1\t0.05\n"
+    )
+    return root
+
+
+def test_arms_are_paired_metric_by_metric(tmp_path):
+    spag = _arm(tmp_path / "spag", 12, [1] * 12, 0.30)
+    control = _arm(tmp_path / "control", 2, [5] * 12, 0.40)
+    rows = {(r["metric"], r["group"]): r for r in compare_arms(spag, control, TABOO)}
+    wins = rows[("win_rate", "attacker")]
+    assert (wins["spag"], wins["control"], wins["pairs"]) == (1.0, pytest.approx(2 / 12), 12)
+    assert wins["diff"] == pytest.approx(10 / 12) and 0 < wins["lo"] <= wins["hi"] <= 1
+    assert wins["p"] == pytest.approx(2 / 1024)  # McNemar: 10 discordant pairs, one way
+    assert rows[("win_rate", "defender")]["diff"] == 0.0
+    best = rows[("hints_mrr_best", "all")]
+    assert (best["spag"], best["control"], best["diff"]) == pytest.approx((1.0, 0.2, 0.8))
+    assert best["lo"] == pytest.approx(0.8) and best["pairs"] == 12
+    exploit = rows[("exploitability", "all")]
+    assert exploit["diff"] == pytest.approx(-0.1)
+    assert exploit["lo"] != exploit["lo"]  # exact: no interval (NaN)
+
+
+def test_the_command_writes_one_long_table(tmp_path):
+    spag = _arm(tmp_path / "spag", 6, [2] * 12, 0.3)
+    control = _arm(tmp_path / "control", 6, [2] * 12, 0.3)
+    out = tmp_path / "arms.tsv"
+    assert main(["compare-arms", "--spag", str(spag), "--control", str(control),
+                 "--output", str(out)]) == 0  # fmt: skip
+    with open(out, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    assert list(rows[0]) == ["model", "metric", "group", "pairs", "spag", "control", "diff",
+                             "lo", "hi", "p"]  # fmt: skip
+    assert all(float(r["diff"]) == 0.0 for r in rows)
+
+
+def test_arms_that_did_not_play_the_same_secrets_are_refused(tmp_path):
+    spag = _arm(tmp_path / "spag", 6, [2] * 12, 0.3)
+    control = tmp_path / "control"
+    (control / "results").mkdir(parents=True)
+    with pytest.raises(SpagInputError, match="no evaluated model in both"):
+        compare_arms(spag, control, TABOO)
+    with pytest.raises(SpagInputError, match="--control: .* has no results/ folder"):
+        compare_arms(spag, tmp_path / "nowhere", TABOO)
