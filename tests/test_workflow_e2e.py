@@ -113,9 +113,11 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     assert "train_imitation" not in counts
     spag_samples = pq.read_table(wd / "results/epoch1/samples.parquet").to_pandas()
     control_samples = pq.read_table(control / "results/epoch1/samples.parquet").to_pandas()
-    game_rows = spag_samples["type"] == "game"
-    assert game_rows.any() and (spag_samples.loc[game_rows, "weight"] > 0).all()
-    assert (control_samples.loc[game_rows, "weight"] == 0).all()
+    # The switch reached the step (the weights themselves: tests/test_rewards.py; this
+    # tiny model's games are rarely decisive, so its epoch may have no game samples).
+    log = (control / "results/logs/epoch1/assign_rewards.log").read_text()
+    assert "weighing 0: control arm" in log
+    assert (control_samples.loc[control_samples["type"] == "game", "weight"] == 0).all()
     same = spag_samples.drop(columns="weight")
     assert same.equals(control_samples.drop(columns="weight"))
     steps = [len(csv_rows(arm / "results/epoch1/loss.tsv")) for arm in (wd, control)]
