@@ -24,6 +24,10 @@ OVERLAY["spag"].update(max_steps=1, per_device_batch_size=4, max_length=384)
 OVERLAY["data"]["sft_max_rows"] = 8
 OVERLAY["evaluation"].update(max_new_tokens=8)
 OVERLAY["evaluation"]["reasoning"]["limit"] = 4
+# Graded hints read every demonstration game per model: about 10 of this test's 13.5
+# minutes with SmolLM2 on 2 cores. The tiny e2e run covers those rules; tests/test_hints.py
+# scores SmolLM2 as the listener.
+OVERLAY["evaluation"]["hints"] = {"listener": None}
 
 
 def test_real_model_epoch_in_chat_format(tmp_path):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPAG against its control arm (rewards.control: game samples weigh 0), per seed:
 #   perf/results/control/run_study.sh default            (from the project root)
-#   perf/results/control/run_study.sh smollm2-135m       (configs/<name>.yaml)
+#   perf/results/control/run_study.sh kuhn-poker-tiny    (configs/<name>.yaml)
 # The SPAG arm runs from nothing in a fresh copy of the workflow under $STUDY_DIR
 # (default /tmp/control-study); the control arm runs in a copy of that folder with
 # the switch on, so M0 and epoch 1's games are shared and everything after them is
@@ -15,6 +15,7 @@ seeds=${SEEDS:-42 7}
 for config in "$@"; do
   configfile=()
   [ "$config" = default ] || configfile=(--configfile "configs/$config.yaml")
+  case "$config" in kuhn-poker*) game=kuhn_poker ;; *) game=taboo ;; esac
   for seed in $seeds; do
     name="$config-s$seed"
     spag="$study/$name/spag" control="$study/$name/control" out="$here/$name"
@@ -30,7 +31,8 @@ for config in "$@"; do
       "rewards={control: true}" > snakemake.log 2>&1)
     end=$(date +%s)
     rm -rf "$out" && mkdir -p "$out"
-    spag compare-arms --spag "$spag" --control "$control" --output "$out/arms.tsv"
+    spag compare-arms --spag "$spag" --control "$control" --game "$game" \
+      --output "$out/arms.tsv"
     for arm in spag control; do
       mkdir -p "$out/$arm"
       cp "$study/$name/$arm"/results/summary/*.tsv "$out/$arm/"
