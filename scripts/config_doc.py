@@ -89,12 +89,11 @@ def _groups(properties: Mapping[str, Any]) -> list[tuple[str | None, list[str]]]
 def stage_defaults() -> dict[str, dict[str, Any]]:
     """Defaults that the code fills per training stage (``imitation``/``spag``), by key:
     the stage's objective (``spag.training.objectives.STAGE_OBJECTIVE``) and what it
-    implies (``spag.training.settings.METHOD_DEFAULTS``)."""
-    from spag.training.objectives import STAGE_OBJECTIVE
-    from spag.training.settings import METHOD_DEFAULTS
+    implies (``spag.training.objectives.paper_defaults``)."""
+    from spag.training.objectives import STAGE_OBJECTIVE, paper_defaults
 
     return {
-        stage: {"objective": objective, **METHOD_DEFAULTS[objective]}
+        stage: {"objective": objective, **paper_defaults(objective)}
         for stage, objective in STAGE_OBJECTIVE.items()
     }
 

@@ -169,8 +169,7 @@ def test_cli_flags_render_a_shell_command_line(options, expected):
 
 def test_schema_names_what_the_registries_hold():
     """The config keys that pick by name (a game, a reward scheme, an objective) allow
-    exactly the registered names: a new one is refused at plan time until it is
-    registered, and a registered one cannot be left out of the schema."""
+    exactly the registered names, read from the registries themselves."""
     from spag.game.base import GAMES
     from spag.game.rewards import REWARD_SCHEMES
     from spag.training.objectives import OBJECTIVES
@@ -180,6 +179,24 @@ def test_schema_names_what_the_registries_hold():
     assert props["game"]["properties"]["name"]["enum"] == list(GAMES)
     assert props["rewards"]["properties"]["scheme"]["enum"] == list(REWARD_SCHEMES)
     assert schema["$defs"]["training"]["properties"]["objective"]["enum"] == list(OBJECTIVES)
+
+
+def test_a_registered_name_is_a_valid_config_value_with_no_schema_edit(monkeypatch):
+    """Registering is the one step: the schema's allowed names follow the registry."""
+    from spag.config import validate_config
+    from spag.errors import SpagInputError
+    from spag.game import rewards
+    from spag.training import objectives
+
+    with pytest.raises(SpagInputError, match="key 'rewards.scheme'"):
+        validate_config({"rewards": {"scheme": "losers_too"}})
+    monkeypatch.setitem(rewards.REWARD_SCHEMES, "losers_too", rewards.zero_sum)
+    monkeypatch.setitem(objectives.OBJECTIVES, "offline_po_copy", objectives.OfflinePO)
+    config = validate_config(
+        {"rewards": {"scheme": "losers_too"}, "spag": {"objective": "offline_po_copy"}}
+    )
+    assert config["rewards"]["scheme"] == "losers_too"
+    assert config["spag"]["objective"] == "offline_po_copy"
 
 
 @pytest.mark.parametrize(

@@ -313,3 +313,16 @@ def test_impossible_samples_are_refused(column, value, message):
     good = _table([{k: v for k, v in r.items() if k != "ref_logprob"} for r in rows])
     good = good.append_column("ref_logprob", pa.array([r["ref_logprob"] for r in rows]))
     check_sample_table(good, "s.parquet", need_ref=True)
+
+
+def test_every_batch_says_which_game_each_sample_came_from(tokenizer):
+    """An objective can group a batch's samples by game (e.g. a GRPO-like advantage
+    normalised within a game) with no change to the data path: ``batch["episode"]``."""
+    rows = sample_rows(8)
+    rows[1]["episode_id"] = rows[0]["episode_id"]  # two messages of one game
+    features, _ = build_features(_table(rows), tokenizer, 256, "s.parquet", with_ref=False)
+    batch = SampleCollator(pad_id=0)(features)
+    episodes = batch["episode"].tolist()
+    assert episodes[0] == episodes[1] >= 0
+    assert len({e for e, r in zip(episodes, rows, strict=True) if r["episode_id"]}) == 5
+    assert [e for e, r in zip(episodes, rows, strict=True) if r["type"] == "sft"] == [-1, -1]

@@ -13,9 +13,8 @@ from spag.config import load_schema, validate_config
 from spag.errors import SpagInputError
 from spag.ops.device import family_device
 from spag.settings import add_arguments, cli_flags, from_arguments
-from spag.training.objectives import STAGE_OBJECTIVE
+from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, paper_defaults
 from spag.training.settings import (
-    METHOD_DEFAULTS,
     ScoreRefSettings,
     ScoringSettings,
     StageSettings,
@@ -51,11 +50,11 @@ def test_schema_lists_the_stage_settings_with_the_same_defaults():
 def test_cli_defaults_are_the_dataclass_defaults():
     parsed = _parse(REQUIRED)
     for f in dataclasses.fields(TrainConfig):
-        defaulted_by_objective = {"objective", *METHOD_DEFAULTS["sft_kl"]}
+        defaulted_by_objective = {"objective", *paper_defaults("sft_kl")}
         if f.default is not dataclasses.MISSING and f.name not in defaulted_by_objective:
             assert getattr(parsed, f.name) == f.default, f.name
     # Unset, the learning rate and KL coefficient are the method's.
-    for method, defaults in METHOD_DEFAULTS.items():
+    for method, defaults in ((m, paper_defaults(m)) for m in OBJECTIVES):
         parsed = _parse([*REQUIRED, "--method", method])
         for key, value in defaults.items():
             assert getattr(parsed, key) == value, (method, key)
@@ -87,7 +86,7 @@ def test_the_trainer_arguments_take_every_setting_by_its_declared_name():
     assert values["warmup_steps"] == parsed.warmup_ratio
     assert values["output_dir"] == parsed.checkpoint_dir
     assert values["activation_checkpointing"] is False
-    assert values["learning_rate"] == METHOD_DEFAULTS["sft_kl"]["learning_rate"]
+    assert values["learning_rate"] == paper_defaults("sft_kl")["learning_rate"]
     # Set up by the run (a shipped config's name here, its file there).
     assert "deepspeed" not in values and "tf32" not in values
 
@@ -114,7 +113,7 @@ def test_stage_defaults_come_from_the_method():
     config = validate_config({})
     for stage, objective in STAGE_OBJECTIVE.items():
         assert config[stage]["objective"] == objective
-        for key, value in METHOD_DEFAULTS[objective].items():
+        for key, value in paper_defaults(objective).items():
             assert config[stage][key] == value
 
 

@@ -18,13 +18,40 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
-from spag.training.objectives import STAGE_OBJECTIVE, coefficients
-from spag.training.settings import METHOD_DEFAULTS
+from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, coefficients, paper_defaults
 
 
 def load_schema() -> dict[str, Any]:
+    """The config schema, its registry keys filled in (:func:`registered_names`)."""
     text = resources.files("spag").joinpath("schemas/config.schema.yaml").read_text()
-    return yaml.safe_load(text)
+    schema = yaml.safe_load(text)
+    _fill_registries(schema, registered_names())
+    return schema
+
+
+def registered_names() -> dict[str, list[str]]:
+    """The names each registry holds. A schema key marked ``x-registry: <name>`` allows
+    exactly these (its ``enum``): registering a game, a reward scheme or an objective is
+    all it takes for the config, the plan-time check and docs/config.md to know it."""
+    from spag.game.base import GAMES
+    from spag.game.rewards import REWARD_SCHEMES
+
+    return {
+        "games": list(GAMES),
+        "reward_schemes": list(REWARD_SCHEMES),
+        "objectives": list(OBJECTIVES),
+    }
+
+
+def _fill_registries(node: Any, names: dict[str, list[str]]) -> None:
+    if isinstance(node, dict):
+        if "x-registry" in node:
+            node["enum"] = names[node.pop("x-registry")]
+        for value in node.values():
+            _fill_registries(value, names)
+    elif isinstance(node, list):
+        for value in node:
+            _fill_registries(value, names)
 
 
 def _with_defaults(validator_class):
@@ -139,7 +166,7 @@ def validate_config(
     # The two training stages share one schema but not their paper defaults.
     for stage, objective in STAGE_OBJECTIVE.items():
         config[stage].setdefault("objective", objective)
-        for key, value in METHOD_DEFAULTS[config[stage]["objective"]].items():
+        for key, value in paper_defaults(config[stage]["objective"]).items():
             config[stage].setdefault(key, value)
     _game_defaults(config, given, source)
     _check_cross_keys(config, source)

@@ -28,8 +28,8 @@ class SpagTrainingArguments(TrainingArguments):
 
     method: str = req("the objective (spag.training.objectives)", choices=tuple(OBJECTIVES))
     kl_coeff: float = req("KL coefficient")
-    sft_coeff: float = req("weight of the SFT term (offline_po)")
-    clip_eps: float = req("ratio clip range (offline_po)")
+    sft_coeff: float = req("weight of the SFT term (objectives that have one)")
+    clip_eps: float = req("ratio clip range (objectives that clip)")
     group_by_length: bool = req("batches of similar length (the SFT/game mix kept)")
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
     remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")

@@ -170,7 +170,7 @@ def build_features(
     """Encode a checked sample table into per-sample feature dicts (skips counted and logged).
 
     Each dict holds ``input_ids``, ``target_start``, ``reward``, ``weight``, ``is_sft``,
-    ``row`` and, with ``with_ref``, ``ref_logprob``.
+    ``episode``, ``row`` and, with ``with_ref``, ``ref_logprob``.
     """
     queries = table.column("query").to_pylist()
     targets = table.column("target").to_pylist()
@@ -178,6 +178,10 @@ def build_features(
     rewards = table.column("reward").to_pylist()
     weights = table.column("weight").to_pylist()
     refs = table.column("ref_logprob").to_pylist() if with_ref else None
+    # Which game each sample came from, as a small integer an objective can group by
+    # (e.g. an advantage normalised within a game); -1 for an instruction row.
+    episode_ids = table.column("episode_id").to_pylist()
+    episodes: dict[str, int] = {}
     encoded, report = encode_pairs(tokenizer, queries, targets, max_length, prompt_format)
     report.log(str(path))
     features = []
@@ -191,6 +195,9 @@ def build_features(
             "reward": 1.0 if rewards[row] is None else float(rewards[row]),
             "weight": 1.0 if weights[row] is None else float(weights[row]),
             "is_sft": is_sft,
+            "episode": -1
+            if episode_ids[row] is None
+            else episodes.setdefault(episode_ids[row], len(episodes)),
             "row": row,
         }
         if refs is not None:
@@ -256,12 +263,14 @@ class SampleCollator:
 
 
 def sample_columns(features: list[dict]) -> dict[str, torch.Tensor]:
-    """The per-sample tensors of a batch (reward, weight, is_sft, and ref_logprob where
-    every feature has one), whatever the token layout."""
+    """The per-sample tensors of a batch (reward, weight, is_sft, episode, and ref_logprob
+    where every feature has one), whatever the token layout: what an objective's loss
+    may read (``spag.training.objectives``)."""
     columns = {
         "reward": torch.tensor([f["reward"] for f in features], dtype=torch.float32),
         "weight": torch.tensor([f["weight"] for f in features], dtype=torch.float32),
         "is_sft": torch.tensor([f["is_sft"] for f in features], dtype=torch.bool),
+        "episode": torch.tensor([f.get("episode", -1) for f in features], dtype=torch.long),
     }
     if all("ref_logprob" in f for f in features):
         columns["ref_logprob"] = torch.tensor(

@@ -6,11 +6,14 @@ for it, and its loss on a batch's sequence log-probabilities (the formulas are i
 :mod:`spag.training.losses`, docs/design.md section 4). :data:`OBJECTIVES` registers
 them; the trainer, its batch sampler and the rules' flags read the registry.
 
-To add one: write its dataclass here (fields with the paper's defaults, ``loss``),
-register it and name it in the schema's ``objective`` enum (a test compares the two).
-A new coefficient is also a stage key (``spag.training.settings.StageSettings``, the
-schema's ``$defs.training``) and a field of
-``spag.training.arguments.SpagTrainingArguments``, which the trainer reads.
+To add one: write its dataclass here (fields with the paper's defaults, ``loss``) and
+register it in :data:`OBJECTIVES`; the config accepts its name from then on (the
+schema's ``objective`` key lists the registry). ``loss`` gets the batch's per-sample
+columns (:func:`spag.training.collate.sample_columns`): ``reward``, ``weight``,
+``is_sft``, ``episode`` (the game a sample came from, -1 for an instruction row: what
+a group-wise advantage needs) and ``ref_logprob``. A new coefficient is also a stage
+key (``spag.training.settings.StageSettings``, the schema's ``$defs.training``) and a
+field of ``spag.training.arguments.SpagTrainingArguments``, which the trainer reads.
 """
 
 from __future__ import annotations

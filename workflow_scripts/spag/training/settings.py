@@ -33,9 +33,6 @@ from spag.ops import TRACKING_DIR as DEFAULT_TRACKING_DIR
 from spag.settings import config_options, opt, req, section
 from spag.training.objectives import OBJECTIVES, coefficients, paper_defaults
 
-# The objectives by name (spag.training.objectives) and the paper's settings that
-# differ between them.
-METHOD_DEFAULTS: dict[str, dict[str, float]] = {name: paper_defaults(name) for name in OBJECTIVES}
 # Every objective's coefficients: a stage passes only its own objective's.
 COEFFICIENTS = {key for name in OBJECTIVES for key in coefficients(name)}
 # Settings that must be at least 1.
@@ -75,9 +72,11 @@ class StageSettings:
     # The objectives' coefficients (spag.training.objectives; each reads its own).
     kl_coeff: float | None = opt(None, "KL coefficient (default: by objective)")
     sft_coeff: float = opt(
-        OBJECTIVES["offline_po"].sft_coeff, "weight of the SFT term (offline_po)"
+        OBJECTIVES["offline_po"].sft_coeff, "weight of the SFT term (objectives that have one)"
     )
-    clip_eps: float = opt(OBJECTIVES["offline_po"].clip_eps, "ratio clip range (offline_po)")
+    clip_eps: float = opt(
+        OBJECTIVES["offline_po"].clip_eps, "ratio clip range (objectives that clip)"
+    )
     # ``--method`` on the command line (first), ``method`` in the Trainer's arguments and
     # in the model's spag_training.json.
     objective: str | None = opt(
@@ -146,7 +145,7 @@ class TrainConfig(StageSettings):
                 f"--method must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
             )
         # The learning rate and KL coefficient the objective implies where they are unset.
-        for key, value in METHOD_DEFAULTS[self.objective].items():
+        for key, value in paper_defaults(self.objective).items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
         for name in POSITIVE:
