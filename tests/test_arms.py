@@ -22,12 +22,15 @@ def _arm(root, wins_as_attacker, hint_ranks, exploitability):
     results = root / "results"
     (results / "epoch1" / "eval").mkdir(parents=True)
     _episodes(results / "epoch1" / "eval" / "games.parquet", "epoch1", 1, wins_as_attacker)
-    (results / "eval" / "hints").mkdir(parents=True)
+    (results / "eval" / "games").mkdir(parents=True)
+    _episodes(results / "eval" / "games" / "imitation.parquet", "imitation", 0, 3)
+    (results / "eval" / "hints").mkdir()
     rows = [(f"a{i}", f"word{i}", "attacker", 1, r) for i, r in enumerate(hint_ranks)]
     write_parquet(_table(rows), results / "eval" / "hints" / "epoch1.parquet")
     (results / "summary").mkdir()
     (results / "summary" / "poker.tsv").write_text(
         "model\texploitability\tev_vs_random\tev_vs_equilibrium\tillegal_mass\n"
+        "imitation\t0.35\t0.2\t-0.12\t0.1\n"
         f"epoch1\t{exploitability}\t0.25\t-0.1\t0.05\n"
     )
     return root
@@ -55,7 +58,7 @@ def test_the_command_writes_one_long_table(tmp_path):
     control = _arm(tmp_path / "control", 6, [2] * 12, 0.3)
     out = tmp_path / "arms.tsv"
     assert main(["compare-arms", "--spag", str(spag), "--control", str(control),
-                 "--output", str(out)]) == 0  # fmt: skip
+                 "--game", "taboo", "--output", str(out)]) == 0  # fmt: skip
     with open(out, newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     assert list(rows[0]) == ["model", "metric", "group", "pairs", "spag", "control", "diff",
@@ -71,3 +74,14 @@ def test_arms_that_did_not_play_the_same_secrets_are_refused(tmp_path):
         compare_arms(spag, control, TABOO)
     with pytest.raises(SpagInputError, match="--control: .* has no results/ folder"):
         compare_arms(spag, tmp_path / "nowhere", TABOO)
+
+
+def test_means_cover_the_paired_games_and_m0_can_be_checked(tmp_path):
+    spag = _arm(tmp_path / "spag", 12, [1] * 12, 0.30)
+    control = _arm(tmp_path / "control", 12, [2] * 6, 0.30)  # hints of 6 games only
+    rows = {(r["model"], r["metric"], r["group"]): r
+            for r in compare_arms(spag, control, TABOO, models=["imitation", "epoch1"])}  # fmt: skip
+    best = rows[("epoch1", "hints_mrr_best", "attacker")]
+    assert best["pairs"] == 6 and best["spag"] - best["control"] == pytest.approx(best["diff"])
+    m0 = rows[("imitation", "win_rate", "all")]
+    assert m0["pairs"] == 24 and m0["diff"] == 0.0 and m0["spag"] == m0["control"]

@@ -82,7 +82,8 @@ def test_the_packaged_model_with_chat_passes():
         ({"selfplay": {"temperature": float("inf")}}, r"key 'selfplay.temperature': inf is not"),
         ({"rewards": {"decay": float("nan")}}, r"key 'rewards.decay': nan"),
         ({"rewards": {"control": True}, "spag": {"sft_coeff": 0}},
-         r"key 'rewards.control' is true and 'spag.sft_coeff' is 0: .* would train nothing"),
+         r"key 'rewards.control' is true, but 'spag.objective' offline_po with .*'spag.sft_coeff' "
+         r"0, .* learns nothing from instruction rows"),
     ],
 )  # fmt: skip
 def test_settings_that_fail_hours_in_are_refused_before_any_job(sections, message):

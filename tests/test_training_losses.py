@@ -120,6 +120,12 @@ def test_offline_po_learns_nothing_from_game_samples_of_weight_0():
         loss.backward()
         grads.append(lp.grad.tolist())
     assert grads[0] == grads[1] == pytest.approx([0.0, 0.0, -0.5, 0.0])
+    # Far from the reference (exp overflows in float32) a weightless row is still inert.
+    far = torch.tensor([-1.0, -0.5, -2.0, -1.5], requires_grad=True)
+    loss, _ = offline_po_loss(far, torch.tensor([-95.0, -1.0, -1.0, -1.0]),
+                              torch.ones(4), weight, is_sft, 0.2, 0.5, 0.2)  # fmt: skip
+    loss.backward()
+    assert math.isfinite(loss.item()) and far.grad.tolist() == pytest.approx(grads[0])
 
 
 def test_offline_po_takes_the_unclipped_branch_outside_the_clip_range():

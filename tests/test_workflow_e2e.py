@@ -126,7 +126,7 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     assert summary["roles_untrained"] == "attacker defender"
     out = tmp_path / "arms.tsv"
     assert main(["compare-arms", "--spag", str(wd), "--control", str(control),
-                 "--output", str(out)]) == 0  # fmt: skip
+                 "--game", "taboo", "--output", str(out)]) == 0  # fmt: skip
     rows = csv_rows(out)
     assert {r["model"] for r in rows} == {"epoch1"}
     assert {"win_rate", "broke_rules_rate", "hints_mrr_best", "inference_mrr_best"} <= {

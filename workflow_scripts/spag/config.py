@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import types
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -18,7 +19,13 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
-from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, coefficients, paper_defaults
+from spag.training.objectives import (
+    OBJECTIVES,
+    STAGE_OBJECTIVE,
+    build_objective,
+    coefficients,
+    paper_defaults,
+)
 
 
 def load_schema() -> dict[str, Any]:
@@ -398,15 +405,13 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
             f"{what['train']} ({secrets['train']}): a shard would have no words"
         )
     spag = config["spag"]
-    if (
-        config["rewards"]["control"]
-        and "sft_coeff" in coefficients(spag["objective"])
-        and spag["sft_coeff"] == 0
-    ):
+    objective = build_objective(spag["objective"], types.SimpleNamespace(**spag))
+    if config["rewards"]["control"] and not objective.learns_from_instructions():
+        given = ", ".join(f"'spag.{k}' {spag[k]}" for k in coefficients(spag["objective"]))
         raise SpagInputError(
-            f"{source}: key 'rewards.control' is true and 'spag.sft_coeff' is 0: the control "
-            f"arm's game samples weigh 0, so its SPAG step ({spag['objective']}) would train "
-            "nothing"
+            f"{source}: key 'rewards.control' is true, but 'spag.objective' "
+            f"{spag['objective']} with {given} learns nothing from instruction rows: the "
+            "control arm's game samples weigh 0, so its SPAG step would train nothing"
         )
     from spag.training.distributed import resolve_deepspeed
 

@@ -32,7 +32,8 @@ def fmt(x: str) -> str:
 
 
 def cell(r: dict) -> str:
-    text = f"{float(r['spag']):.3f} vs {float(r['control']):.3f}: {fmt(r['diff'])}"
+    arms = [f"{float(r[a]):.3f}" if r[a] else "-" for a in ("spag", "control")]
+    text = f"{arms[0]} vs {arms[1]}: {fmt(r['diff'])}"
     if r["lo"]:
         text += f" [{fmt(r['lo'])}, {fmt(r['hi'])}]"
     if r["p"]:

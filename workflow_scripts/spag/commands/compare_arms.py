@@ -10,9 +10,13 @@ import argparse
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spag", required=True, help="the SPAG run folder (holds results/)")
     p.add_argument("--control", required=True, help="the control arm's run folder")
-    p.add_argument("--game", default="taboo", help="the game both arms played (game.name)")
+    p.add_argument("--game", required=True, help="the game both arms played (game.name)")
     p.add_argument(
-        "--models", nargs="+", default=None, help="models to compare (default: every epoch<N>)"
+        "--models",
+        nargs="+",
+        default=None,
+        help="models to compare (default: every epoch<N>; base and imitation, M0, are the "
+        "same in both arms when the control ran from a copy of the SPAG folder)",
     )
     p.add_argument("--output", required=True, help="comparison TSV to write")
 

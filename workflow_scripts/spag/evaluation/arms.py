@@ -55,7 +55,12 @@ def game_rows(model: str, spag: Path, control: Path, game: Game) -> list[dict[st
     from spag.evaluation.games import judged_games
     from spag.evaluation.paired import METRICS, paired_rows
 
-    path = Path(model, "eval", "games.parquet")
+    # M(e)'s games sit in its epoch's folder, the baselines' (base, M0) beside each other.
+    path = (
+        Path("eval", "games", f"{model}.parquet")
+        if model in ("base", "imitation")
+        else Path(model, "eval", "games.parquet")
+    )
     mine, _ = judged_games(spag / path, game)
     theirs, _ = judged_games(control / path, game)
     paired = paired_rows(mine, theirs, names=(f"spag {model}", f"control {model}"), game=game)
@@ -97,14 +102,18 @@ def hint_rows(
 
     path = Path("eval", what, f"{model}.parquet")
     tables = [read_parquet(arm / path, f"{what} ranks") for arm in (spag, control)]
-    groups = sorted({g for g in tables[0].column(column).to_pylist() if g}) + ["all"]
+    groups = sorted({g for t in tables for g in t.column(column).to_pylist() if g}) + ["all"]
     rows = []
     for group in groups:
         mine, theirs = (
             t if group == "all" else t.filter(pc.equal(t[column], group)) for t in tables
         )
+        games = [{tuple(g[k] for k in pair_by): g for g in per_game(t).values()}
+                 for t in (mine, theirs)]  # fmt: skip
+        paired = sorted(games[0].keys() & games[1].keys())
         for when in ("first", "last", "best"):
-            means = [[1.0 / g[when] for g in per_game(t).values()] for t in (mine, theirs)]
+            # Each arm's mean over the paired games only: spag - control is then the diff.
+            means = [[1.0 / arm[k][when] for k in paired] for arm in games]
             d = paired_difference(mine, theirs, pair_by, when=when)
             rows.append(
                 _row(

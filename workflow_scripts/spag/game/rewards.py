@@ -91,8 +91,8 @@ class RewardsSettings:
     control: bool = opt(
         False,
         "control arm: game samples keep their rows but weigh 0, so the SPAG step trains "
-        "the rest of its objective alone (offline_po: the SFT term) with SPAG's batches, "
-        "steps and seeds",
+        "the rest of its objective alone (offline_po: the SFT term) with the batches, "
+        "steps and seeds SPAG's step would have on these games",
     )
 
 

@@ -96,19 +96,22 @@ def offline_po_loss(
     """
     is_sft = is_sft.bool()
     is_game = ~is_sft
-    log_ratio = lp - ref
+    # Game rows of weight 0 (a control arm) count in n_game but are not computed: the
+    # exp of a far log-ratio can overflow, and inf * 0 is NaN in the loss and gradient.
+    live = is_game & (weight > 0)
+    log_ratio = lp[live] - ref[live]
     ratio = log_ratio.exp()
-    adv = reward - kl_coeff * log_ratio
+    adv = reward[live] - kl_coeff * log_ratio
     ppo = -torch.minimum(adv * ratio, adv * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps))
     n_sft = is_sft.sum()
     n_game = is_game.sum()
     zero = lp.sum() * 0.0  # keeps the graph (and the dtype) when a term is empty
     sft_term = sft_coeff * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
-    game_term = (ppo * weight)[is_game].sum() / n_game if int(n_game) > 0 else zero
+    game_term = (ppo * weight[live]).sum() / n_game if int(n_game) > 0 else zero
     loss = sft_term + game_term
     stats = _stats(lp, ref)
     stats["n_sft"] = n_sft.to(torch.float32)
     stats["n_game"] = n_game.to(torch.float32)
     # Game samples whose ratio left the trust region (SFT rows are never clipped).
-    stats["clipped"] = (((ratio.detach() - 1.0).abs() > clip_eps) & is_game).sum().to(torch.float32)
+    stats["clipped"] = ((ratio.detach() - 1.0).abs() > clip_eps).sum().to(torch.float32)
     return loss, stats

@@ -6,12 +6,14 @@ for it, and its loss on a batch's sequence log-probabilities (the formulas are i
 :mod:`spag.training.losses`, docs/design.md section 4). :data:`OBJECTIVES` registers
 them; the trainer, its batch sampler and the rules' flags read the registry.
 
-To add one: write its dataclass here (fields with the paper's defaults, ``loss``) and
+To add one: write its dataclass here (fields with the paper's defaults, ``loss``,
+``learns_from_instructions``) and
 register it in :data:`OBJECTIVES`; the config accepts its name from then on (the
 schema's ``objective`` key lists the registry). ``loss`` gets the batch's per-sample
 columns (:func:`spag.training.collate.sample_columns`): ``reward``, ``weight``,
 ``is_sft``, ``episode`` (the game a sample came from, -1 for an instruction row: what
-a group-wise advantage needs) and ``ref_logprob``. A new coefficient is also a stage
+a group-wise advantage needs; a game's samples may fall into several micro-batches)
+and ``ref_logprob``. A new coefficient is also a stage
 key (``spag.training.settings.StageSettings``, the schema's ``$defs.training``) and a
 field of ``spag.training.arguments.SpagTrainingArguments``, which the trainer reads.
 """
@@ -36,6 +38,10 @@ class SftKl:
     learning_rate: ClassVar[float] = 5e-6
     # Every row alike: batches need not keep the SFT/game mix.
     mixes_types: ClassVar[bool] = False
+
+    def learns_from_instructions(self) -> bool:
+        """Whether instruction rows move the model (a control arm trains on them alone)."""
+        return True
 
     def loss(
         self, lp: torch.Tensor, ref: torch.Tensor, batch: dict[str, Any]
@@ -64,6 +70,9 @@ class OfflinePO:
     learning_rate: ClassVar[float] = 2e-6
     # Each term is divided by its own count in the micro-batch: batches keep the mix.
     mixes_types: ClassVar[bool] = True
+
+    def learns_from_instructions(self) -> bool:
+        return self.sft_coeff > 0
 
     def loss(
         self, lp: torch.Tensor, ref: torch.Tensor, batch: dict[str, Any]
