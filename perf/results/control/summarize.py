@@ -12,18 +12,17 @@ import math
 from pathlib import Path
 
 HERE = Path(__file__).parent
-# (metric, group) shown, in this order; others stay in arms.tsv.
+# Metrics shown (every group: each role, "all", each dialogue source), in this order;
+# the rest stay in arms.tsv.
 SHOWN = [
-    ("win_rate", "attacker"),
-    ("win_rate", "defender"),
-    ("broke_rules_rate", "attacker"),
-    ("broke_rules_rate", "defender"),
-    ("hints_mrr_best", "all"),
-    ("inference_mrr_best", "demonstrations"),
-    ("exploitability", "all"),
-    ("ev_vs_random", "all"),
-    ("ev_vs_equilibrium", "all"),
-    ("illegal_mass", "all"),
+    "win_rate",
+    "broke_rules_rate",
+    "hints_mrr_best",
+    "inference_mrr_best",
+    "exploitability",
+    "ev_vs_random",
+    "ev_vs_equilibrium",
+    "illegal_mass",
 ]
 
 
@@ -50,8 +49,10 @@ def main() -> None:
         for p in mine:
             with open(p / "run.tsv") as f:
                 (t,) = csv.DictReader(f, delimiter="\t")
-            print(f"- seed {t['seed']}: SPAG from nothing {t['spag_wall_s']} s, control "
-                  f"(from SPAG's M0 and epoch 1 games) {t['control_wall_s']} s, {t['date']}")
+            print(
+                f"- seed {t['seed']}: SPAG from nothing {t['spag_wall_s']} s, control "
+                f"(from SPAG's M0 and epoch 1 games) {t['control_wall_s']} s, {t['date']}"
+            )
         print()
         rows = {}
         for p in mine:
@@ -61,13 +62,17 @@ def main() -> None:
         models = sorted({k[1] for k in rows})
         print("| metric | group | model | " + " | ".join(p.name for p in mine) + " |")
         print("|---|---|---|" + "---|" * len(mine))
-        for metric, group in SHOWN:
-            for model in models:
+        for metric in SHOWN:
+            groups = sorted({k[3] for k in rows if k[2] == metric}, key=lambda g: g == "all")
+            for group, model in ((g, m) for g in groups for m in models):
                 cells = [rows.get((p.name, model, metric, group)) for p in mine]
                 if not any(cells):
                     continue
-                print(f"| {metric} | {group} | {model} | "
-                      + " | ".join(cell(c) if c else "" for c in cells) + " |")
+                print(
+                    f"| {metric} | {group} | {model} | "
+                    + " | ".join(cell(c) if c else "" for c in cells)
+                    + " |"
+                )
         print("\nEach cell: SPAG vs control, spag - control [95% interval] (McNemar p).\n")
 
 
