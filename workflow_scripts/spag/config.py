@@ -175,7 +175,7 @@ def validate_config(
         config[stage].setdefault("objective", objective)
         for key, value in paper_defaults(config[stage]["objective"]).items():
             config[stage].setdefault(key, value)
-    _game_defaults(config, given, source)
+    _game_defaults(config, given, source, schema)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
@@ -273,11 +273,11 @@ def check_word_source(config: dict[str, Any], source: str = "config") -> None:
         )
 
 
-def _given_keys(given: dict[str, Any], section: str) -> list[str]:
+def _given_keys(given: dict[str, Any], section: str, schema: dict[str, Any]) -> list[str]:
     """The keys of ``section`` in ``given`` set to something else than the schema's
     default (a config validated once holds every default: validating it again passes)."""
     node: Any = given
-    props: Any = load_schema()
+    props: Any = schema
     for part in section.split("."):
         node = node.get(part) if isinstance(node, dict) else None
         props = props.get("properties", {}).get(part, {})
@@ -287,7 +287,9 @@ def _given_keys(given: dict[str, Any], section: str) -> list[str]:
     return [f"{section}.{k}" for k, v in node.items() if v != defaults.get(k, object())]
 
 
-def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -> None:
+def _game_defaults(
+    config: dict[str, Any], given: dict[str, Any], source: str, schema: dict[str, Any]
+) -> None:
     """The chosen game's defaults (its prompts, its demonstrations), and the keys it
     cannot use refused by name: word settings for a game that deals its secrets,
     scripted demonstrations for a game without a scripted player."""
@@ -300,14 +302,14 @@ def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -
         config["data"]["imitation"] = game.demonstrations
     name = f"game.name '{game.name}'"
     if game.deals is not None:
-        keys = _given_keys(given, "words")
+        keys = _given_keys(given, "words", schema)
         if keys:
             raise SpagInputError(
                 f"{source}: key '{keys[0]}' means nothing for {name}: it deals its "
                 f"{len(game.deals)} secrets itself (selfplay.games_per_secret sets the hands)"
             )
     if getattr(game, "guess_text", None) is None:
-        keys = _given_keys(given, "evaluation.hints")
+        keys = _given_keys(given, "evaluation.hints", schema)
         if keys:
             raise SpagInputError(
                 f"{source}: key '{keys[0]}' means nothing for {name}: it has no guess "
@@ -316,7 +318,7 @@ def _game_defaults(config: dict[str, Any], given: dict[str, Any], source: str) -
     else:
         _check_hints(config, source)
     if game.scripted_reply is None:
-        keys = _given_keys(given, "data.scripted")
+        keys = _given_keys(given, "data.scripted", schema)
         if config["data"]["imitation"] == "scripted":
             keys.insert(0, "data.imitation")
         if keys:
@@ -405,8 +407,12 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
             f"{what['train']} ({secrets['train']}): a shard would have no words"
         )
     spag = config["spag"]
-    objective = build_objective(spag["objective"], types.SimpleNamespace(**spag))
-    if config["rewards"]["control"] and not objective.learns_from_instructions():
+    if (
+        config["rewards"]["control"]
+        and not build_objective(
+            spag["objective"], types.SimpleNamespace(**spag)
+        ).learns_from_instructions()
+    ):
         given = ", ".join(f"'spag.{k}' {spag[k]}" for k in coefficients(spag["objective"]))
         raise SpagInputError(
             f"{source}: key 'rewards.control' is true, but 'spag.objective' "
