@@ -98,7 +98,7 @@ def hint_rows(
     import pyarrow.compute as pc
 
     from spag.data.tables import read_parquet
-    from spag.evaluation.hints import paired_difference, per_game
+    from spag.evaluation.hints import paired_difference
 
     path = Path("eval", what, f"{model}.parquet")
     tables = [read_parquet(arm / path, f"{what} ranks") for arm in (spag, control)]
@@ -108,12 +108,8 @@ def hint_rows(
         mine, theirs = (
             t if group == "all" else t.filter(pc.equal(t[column], group)) for t in tables
         )
-        games = [{tuple(g[k] for k in pair_by): g for g in per_game(t).values()}
-                 for t in (mine, theirs)]  # fmt: skip
-        paired = sorted(games[0].keys() & games[1].keys())
         for when in ("first", "last", "best"):
             # Each arm's mean over the paired games only: spag - control is then the diff.
-            means = [[1.0 / arm[k][when] for k in paired] for arm in games]
             d = paired_difference(mine, theirs, pair_by, when=when)
             rows.append(
                 _row(
@@ -121,8 +117,8 @@ def hint_rows(
                     f"{what}_mrr_{when}",
                     group,
                     pairs=d["pairs"],
-                    spag=sum(means[0]) / len(means[0]) if means[0] else NAN,
-                    control=sum(means[1]) / len(means[1]) if means[1] else NAN,
+                    spag=d["mean"],
+                    control=d["reference_mean"],
                     diff=d[f"mrr_{when}_diff"],
                     lo=d["lo"],
                     hi=d["hi"],

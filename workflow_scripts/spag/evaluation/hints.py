@@ -232,17 +232,22 @@ def paired_difference(
 ) -> dict[str, float]:
     """The mean difference in reciprocal rank after the attacker's ``when`` message
     (first, last, best), game by game on the same words and roles (or the same
-    dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval."""
+    dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval and
+    each side's mean over the pairs (``mean``, ``reference_mean``)."""
     a, b = per_game(table), per_game(reference)
     key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
     ref = {key(g): 1.0 / g[when] for g in b.values()}
-    diffs = [1.0 / g[when] - ref[key(g)] for g in a.values() if key(g) in ref]
+    pairs = [(1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
+    diffs = [x - y for x, y in pairs]
     if not diffs:
-        return {"pairs": 0, f"mrr_{when}_diff": math.nan, "lo": math.nan, "hi": math.nan}
+        return {"pairs": 0, f"mrr_{when}_diff": math.nan, "lo": math.nan, "hi": math.nan,
+                "mean": math.nan, "reference_mean": math.nan}  # fmt: skip
     rng = random.Random(seed)
     means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
     return {
         "pairs": len(diffs),
+        "mean": sum(x for x, _ in pairs) / len(pairs),
+        "reference_mean": sum(y for _, y in pairs) / len(pairs),
         f"mrr_{when}_diff": sum(diffs) / len(diffs),
         "lo": means[int(0.025 * resamples)],
         "hi": means[int(0.975 * resamples) - 1],
