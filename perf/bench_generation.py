@@ -152,7 +152,7 @@ def worker(args: argparse.Namespace) -> int:
 
     from spag.data.words import read_word_list
     from spag.game.prompts import load_prompts
-    from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+    from spag.game.selfplay import POLICY, play_games, selfplay_specs
     from spag.generation import Sampling
 
     torch.set_num_threads(args.threads)
@@ -161,13 +161,13 @@ def worker(args: argparse.Namespace) -> int:
     sampling = Sampling(
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, greedy=args.greedy
     )
-    settings = PlaySettings(max_turns=args.max_turns, sampling=sampling, seed=0)
+    settings = dict(max_turns=args.max_turns, sampling=sampling, seed=0)
     start = time.perf_counter()
     games = play_games(
         selfplay_specs(read_word_list(args.words), 0, 0, 1),
         {POLICY: backend},
         load_prompts(),
-        settings,
+        **settings,
     )
     seconds = time.perf_counter() - start
     Path(args.worker_output).write_text(

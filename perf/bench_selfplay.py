@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from spag.game.prompts import load_prompts
-    from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+    from spag.game.selfplay import POLICY, play_games, selfplay_specs
     from spag.game.settings import GameSettings
     from spag.generation import Sampling, load_backend
     from spag.models.tiny import build_tiny_model
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.games:
         words = bench_words(n)
         sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
-        settings = PlaySettings(max_turns=args.max_turns, sampling=sampling, seed=n)
+        settings = dict(max_turns=args.max_turns, sampling=sampling, seed=n)
         base_words = words[: args.baseline_games] if args.baseline_games else words
         # One-by-one games in two halves around the batched run, so that a change in
         # the machine's load during the row weighs on both sides alike.
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             if i == 1:
                 t0, c0 = time.perf_counter(), time.process_time()
                 games = play_games(
-                    selfplay_specs(words, 0, 0, 1), {POLICY: backend}, prompts, settings
+                    selfplay_specs(words, 0, 0, 1), {POLICY: backend}, prompts, **settings
                 )
                 batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
                 batched_tokens = sum(sum(g.message_tokens) for g in games)

@@ -259,7 +259,7 @@ def test_hf_prompt_truncation_is_reported(tiny_model_dir):
 def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     """Games that keep their prompt's keys/values between calls play the same games."""
     from spag.game.prompts import load_prompts
-    from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+    from spag.game.selfplay import POLICY, play_games, selfplay_specs
     from spag.generation.hf_backend import HFBackend
 
     prompts = load_prompts()
@@ -268,10 +268,8 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     for reuse in (True, False):
         b = HFBackend(tiny_model_dir, **LOCAL, batch_size=2, reuse_kv=reuse)
         for greedy in (True, False):
-            settings = PlaySettings(
-                max_turns=2, sampling=Sampling(max_new_tokens=4, greedy=greedy), seed=4
-            )
-            games = play_games(specs, {POLICY: b}, prompts, settings)
+            settings = dict(max_turns=2, sampling=Sampling(max_new_tokens=4, greedy=greedy), seed=4)
+            games = play_games(specs, {POLICY: b}, prompts, **settings)
             histories.append([g.history for g in games])
         assert b._kv_store == {} and b._kv_stored_bytes == 0  # finished games forgotten
     assert histories[0] == histories[2]
@@ -282,17 +280,17 @@ def test_hf_counts_the_tokens_it_runs(tiny_model_dir):
     """The counters in spag play's log: prompt tokens, those run through the model
     (kept keys/values cover the rest), rows x decoding steps."""
     from spag.game.prompts import load_prompts
-    from spag.game.selfplay import POLICY, PlaySettings, play_games, selfplay_specs
+    from spag.game.selfplay import POLICY, play_games, selfplay_specs
     from spag.generation.hf_backend import HFBackend
 
     specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0, games_per_word=1)
     # Sampled: the games' histories differ (greedy tiny-model games repeat one
     # another, and their common prefix would cover the histories).
-    settings = PlaySettings(max_turns=2, sampling=Sampling(max_new_tokens=4), seed=4)
+    settings = dict(max_turns=2, sampling=Sampling(max_new_tokens=4), seed=4)
     counted = {}
     for reuse in (True, False):
         b = HFBackend(tiny_model_dir, **LOCAL, batch_size=8, reuse_kv=reuse)
-        games = play_games(specs, {POLICY: b}, load_prompts(), settings)
+        games = play_games(specs, {POLICY: b}, load_prompts(), **settings)
         counted[reuse] = b.stats
         messages = sum(len(g.message_tokens) for g in games)
         generated = sum(sum(g.message_tokens) for g in games)
@@ -313,7 +311,7 @@ def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
     row = torch.randn(vocab, generator=g) * 3
     logits = row.expand(n, vocab).clone()
     gen = [torch.Generator().manual_seed(1 + i) for i in range(n)]  # one stream per row
-    drawn = HFBackend._pick(logits, 1.0, 1.0, k, gen)
+    drawn = HFBackend._pick(logits, Sampling(temperature=1.0, top_k=k), gen)
     top = torch.topk(row, k).indices
     assert set(drawn.tolist()) == set(top.tolist())  # only the top k, and each of them
     # Frequencies follow the renormalised top-k distribution.
@@ -322,10 +320,12 @@ def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
     assert torch.allclose(got, want, atol=0.015), (got, want)
     # Without a limit, tokens outside the top k appear.
     flat = torch.zeros(n, vocab)
-    free = HFBackend._pick(flat, 1.0, 1.0, 0, gen)
+    free = HFBackend._pick(flat, Sampling(temperature=1.0, top_k=0), gen)
     assert len(set(free.tolist())) > k
     # top-p after top-k keeps a prefix of the k best.
-    nucleus = HFBackend._pick(logits, 1.0, float(want[0]) - 1e-6, k, gen)
+    nucleus = HFBackend._pick(
+        logits, Sampling(temperature=1.0, top_p=float(want[0]) - 1e-6, top_k=k), gen
+    )
     assert set(nucleus.tolist()) == {int(top[0])}
 
 

@@ -13,7 +13,7 @@ from spag.errors import SpagInputError
 from spag.evaluation.games import tally
 from spag.game.kuhn_poker import KUHN_POKER, load_kuhn_prompts, parse_deal, read_move
 from spag.game.rewards import assign_rewards
-from spag.game.selfplay import POLICY, GameSpec, PlaySettings, play_games
+from spag.game.selfplay import POLICY, GameSpec, play_games
 from spag.generation import Sampling
 
 
@@ -101,7 +101,9 @@ def test_self_play_runs_hands_to_their_end():
         specs,
         {POLICY: backend},
         KUHN_POKER.load_prompts(),
-        PlaySettings(seed=0, max_turns=2, sampling=Sampling()),
+        seed=0,
+        max_turns=2,
+        sampling=Sampling(),
         game=KUHN_POKER,
     )
     verdicts = [KUHN_POKER.judge(g.history, g.spec.target_word, 2) for g in games]

@@ -135,7 +135,7 @@ def test_spec_parsing():
 def test_plays_games_as_the_opponent(endpoint):
     """The game loop runs with the endpoint as the opponent of a local player."""
     from spag.game.prompts import load_prompts
-    from spag.game.selfplay import OPPONENT, POLICY, PlaySettings, evaluation_specs, play_games
+    from spag.game.selfplay import OPPONENT, POLICY, evaluation_specs, play_games
 
     class Local:
         name = "scripted"
@@ -145,8 +145,8 @@ def test_plays_games_as_the_opponent(endpoint):
 
     backends = {POLICY: Local(), OPPONENT: OpenAIBackend(endpoint.spec())}
     specs = evaluation_specs(["apple", "river"], epoch=1, shard_index=0)
-    settings = PlaySettings(max_turns=2, sampling=Sampling(greedy=True), seed=0)
-    games = play_games(specs, backends, load_prompts(None), settings)
+    settings = dict(max_turns=2, sampling=Sampling(greedy=True), seed=0)
+    games = play_games(specs, backends, load_prompts(None), **settings)
     assert len(games) == 4
     for g in games:
         assert len(g.history) == 4

@@ -24,7 +24,6 @@ from spag.game.selfplay import (
     OPPONENT,
     POLICY,
     SHARD_SCHEMA,
-    PlaySettings,
     evaluation_specs,
     games_table,
     play_games,
@@ -65,7 +64,9 @@ def test_finished_games_leave_the_batch():
     specs = selfplay_specs(
         ["apple", "river", "candle", "garden"], epoch=1, shard_index=2, games_per_word=1
     )
-    games = play_games(specs, {POLICY: backend}, KeyPrompts(), PlaySettings(max_turns=3, seed=0))
+    games = play_games(
+        specs, {POLICY: backend}, KeyPrompts(), sampling=Sampling(), max_turns=3, seed=0
+    )
     assert [c["n"] for c in backend.calls] == [4, 4, 3, 2, 1, 1]
     lengths = {g.spec.target_word: len(g.history) for g in games}
     assert lengths == {"apple": 2, "river": 4, "candle": 3, "garden": 6}
@@ -91,7 +92,9 @@ def test_guess_phrase_in_any_case_ends_the_game():
         selfplay_specs(["apple"], 0, 0, 1),
         {POLICY: backend},
         KeyPrompts(),
-        PlaySettings(max_turns=5, seed=0),
+        sampling=Sampling(),
+        max_turns=5,
+        seed=0,
     )
     assert len(g.history) == 2 and g.end_reason == "guess"
 
@@ -102,7 +105,9 @@ def test_empty_replies_are_recorded_not_fatal():
         selfplay_specs(["apple", "river"], 0, 0, 1),
         {POLICY: backend},
         KeyPrompts(),
-        PlaySettings(max_turns=2, seed=0),
+        sampling=Sampling(),
+        max_turns=2,
+        seed=0,
     )
     for g in games:
         assert [m["content"] for m in g.history] == ["", "ok", "", "ok"]
@@ -119,7 +124,9 @@ def test_opponent_mode_two_games_per_word_with_roles():
         specs,
         {POLICY: policy, OPPONENT: opponent},
         KeyPrompts(),
-        PlaySettings(max_turns=1, sampling=Sampling(greedy=True), seed=0),
+        max_turns=1,
+        sampling=Sampling(greedy=True),
+        seed=0,
     )
     assert len(games) == 4
     table = games_table(

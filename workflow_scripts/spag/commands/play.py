@@ -48,7 +48,6 @@ def run(args: argparse.Namespace) -> int:
     from spag.game.selfplay import (
         OPPONENT,
         POLICY,
-        PlaySettings,
         evaluation_specs,
         games_table,
         play_games,
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     words = shard_words(read_word_list(c.words), c.shard_index, c.num_shards)
     prompts = game.load_prompts(c.prompts)
     seed = shard_seed(c.seed, c.epoch, c.shard_index)
-    settings = PlaySettings(max_turns=c.max_turns, sampling=c.sampling, seed=seed)
+    sampling = c.sampling
     if c.opponent:
         specs = evaluation_specs(words, c.epoch, c.shard_index, game)
     else:
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         seed,
         "openai (endpoint)" if model_endpoint else c.backend,
         "greedy"
-        if settings.sampling.greedy
+        if sampling.greedy
         else f"temperature {c.temperature}, top-k {c.top_k}, top-p {c.top_p}",
     )
 
@@ -179,8 +178,10 @@ def run(args: argparse.Namespace) -> int:
             specs,
             backends,
             prompts,
-            settings,
-            progress,
+            seed=seed,
+            max_turns=c.max_turns,
+            sampling=sampling,
+            progress=progress,
             done=done,
             on_finished=journal.append if journal else None,
             game=game,

@@ -123,6 +123,7 @@ class PlayConfig(SamplingSettings):
     no_progress: bool = opt(False, "no progress bar")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check(self)
 
     @property
@@ -142,14 +143,6 @@ def _check(c: PlayConfig) -> None:
         )
     if c.max_turns < 1:
         raise SpagInputError(f"--max-turns must be at least 1, got {c.max_turns}")
-    if c.max_new_tokens < 1:
-        raise SpagInputError(f"--max-new-tokens must be at least 1, got {c.max_new_tokens}")
-    if c.temperature < 0:
-        raise SpagInputError(f"--temperature must be >= 0, got {c.temperature}")
-    if c.top_k < 0:
-        raise SpagInputError(f"--top-k must be >= 0 (0: no limit), got {c.top_k}")
-    if not 0 < c.top_p <= 1:
-        raise SpagInputError(f"--top-p must be in (0, 1], got {c.top_p}")
     if c.batch_size is not None and c.batch_size < 1:
         raise SpagInputError(f"--batch-size must be at least 1, got {c.batch_size}")
     if c.games_per_word < 1:

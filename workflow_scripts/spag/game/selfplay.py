@@ -76,15 +76,6 @@ class GameState:
     end_reason: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class PlaySettings:
-    """Game length, sampling and seed of one shard's games."""
-
-    seed: int
-    max_turns: int = GameSettings.max_turns
-    sampling: Sampling = field(default_factory=Sampling)
-
-
 def shard_seed(run_seed: int, epoch: int, shard_index: int) -> int:
     """The seed of one shard job: derived from the run seed, the epoch and the shard index."""
     return derive_seed("shard", run_seed, epoch, shard_index)
@@ -121,9 +112,11 @@ def play_games(
     specs: Sequence[GameSpec],
     backends: Mapping[str, Backend],
     prompts: Any,
-    settings: PlaySettings,
-    progress: Progress | None = None,
     *,
+    sampling: Sampling,
+    seed: int,
+    max_turns: int = GameSettings.max_turns,
+    progress: Progress | None = None,
     done: Mapping[str, GameState] | None = None,
     on_finished: Finished | None = None,
     game: Game = TABOO,
@@ -131,8 +124,8 @@ def play_games(
     """Play all ``specs`` to the end, turn by turn in one batch; return them in spec order.
 
     ``backends`` maps the keys used in the specs (``policy``, ``opponent``) to
-    backends; ``prompts`` are the game's (:meth:`Game.load_prompts`).
-    Each generate call's seed derives from the settings' seed, the message index
+    backends; ``prompts`` are the game's (:meth:`Game.load_prompts`); every reply is
+    drawn as ``sampling`` says. Each generate call's seed derives from ``seed``, the message index
     and the speaking model, and each game's from that and its id, so the same shard
     replays identically, whichever of its games play together. Games in ``done``
     (finished earlier, by episode id) are taken as they are; ``on_finished`` is told of
@@ -143,7 +136,7 @@ def play_games(
     active = [g for g in games if g.spec.episode_id not in done]
     if progress is not None and len(active) < len(games):
         progress(len(games) - len(active), 0)
-    max_messages = 2 * settings.max_turns
+    max_messages = 2 * max_turns
     started = time.perf_counter()
     total_tokens = 0
     for turn in range(max_messages):
@@ -158,13 +151,13 @@ def play_games(
         for key in sorted(groups):
             batch = groups[key]
             texts = [
-                game.play_prompt(prompts, g.history, role, g.spec.target_word, settings.max_turns)
+                game.play_prompt(prompts, g.history, role, g.spec.target_word, max_turns)
                 for g in batch
             ]
             replies = backends[key].generate(
                 texts,
-                settings.sampling,
-                seed=derive_seed(settings.seed, turn, key),
+                sampling,
+                seed=derive_seed(seed, turn, key),
                 game_ids=[g.spec.episode_id for g in batch],
             )
             if len(replies) != len(batch):
@@ -181,7 +174,7 @@ def play_games(
         total_tokens += turn_tokens
         still = []
         for g in active:
-            g.end_reason = game.end_reason(g.history, g.spec.target_word, settings.max_turns)
+            g.end_reason = game.end_reason(g.history, g.spec.target_word, max_turns)
             if g.end_reason is None:
                 still.append(g)
             elif turn + 1 < max_messages:

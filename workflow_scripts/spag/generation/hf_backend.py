@@ -127,8 +127,6 @@ class HFBackend:
         if not prompts:
             return []
         max_new_tokens = sampling.max_new_tokens
-        if max_new_tokens < 1:
-            raise SpagInputError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
         seeds = prompt_seeds(seed, game_ids, len(prompts))
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
         sample = sampling.samples
@@ -143,10 +141,7 @@ class HFBackend:
                 rows = self._decode(
                     [encoded[i][0] for i in idx],
                     keys,
-                    max_new_tokens=max_new_tokens,
-                    temperature=float(sampling.temperature) if sample else 0.0,
-                    top_p=float(sampling.top_p),
-                    top_k=int(sampling.top_k),
+                    sampling=sampling,
                     generators=generators,
                 )
                 for i, tokens in zip(idx, rows, strict=True):
@@ -216,10 +211,7 @@ class HFBackend:
         seqs: list[list[int]],
         keys: list[str] | None,
         *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        top_k: int,
+        sampling: Sampling,
         generators,
     ) -> list[list[int]]:
         """Generate for one sub-batch; return each row's new tokens (EOS, then padding).
@@ -237,6 +229,7 @@ class HFBackend:
 
         dev = self.device
         batch = len(seqs)
+        max_new_tokens = sampling.max_new_tokens
         first = seqs[0]
         shortest = min(len(s) for s in seqs)
         # The longest common prefix, leaving at least one own token per row.
@@ -340,9 +333,7 @@ class HFBackend:
             logits = logits.float()
             if t < MIN_NEW_TOKENS:
                 logits[:, eos] = float("-inf")  # no reply may be empty
-            token = torch.where(
-                done, pad, self._pick(logits, temperature, top_p, top_k, generators)
-            )
+            token = torch.where(done, pad, self._pick(logits, sampling, generators))
             out[:, t] = token
             self.stats["decode_row_steps"] += batch
             done |= torch.isin(token, eos)
@@ -359,17 +350,18 @@ class HFBackend:
         return out.tolist()
 
     @staticmethod
-    def _pick(logits, temperature: float, top_p: float, top_k: int, generators):
-        """Greedy (temperature 0) or temperature / top-k / nucleus sampling, row ``r``
-        drawing from ``generators[r]``.
+    def _pick(logits, sampling: Sampling, generators):
+        """Greedy or temperature / top-k / nucleus sampling, row ``r`` drawing from
+        ``generators[r]``.
 
         The filters apply in transformers' order: temperature, top-k, then top-p.
         """
         import torch
 
-        if temperature <= 0:
+        if not sampling.samples:
             return logits.argmax(-1)
-        logits = logits / temperature
+        top_k, top_p = sampling.top_k, sampling.top_p
+        logits = logits / sampling.temperature
         index = None
         if 0 < top_k < logits.shape[-1]:
             # Draw among the k best only (sorted): the same distribution as masking the

@@ -247,18 +247,16 @@ class OpenAIBackend:
 
     # -------------------------------------------------------------- requests
     def _payload(self, prompt: str, sampling: Sampling, seed: int) -> dict[str, Any]:
-        # Greedy decoding is temperature 0 (and no top_k).
-        temperature = 0.0 if sampling.greedy else sampling.temperature
+        # The knobs by the servers' names; greedy decoding is temperature 0. top_k is not
+        # OpenAI's: sent only where it filters and the endpoint takes it.
         body: dict[str, Any] = {
             "model": self.spec.model,
-            "max_tokens": int(sampling.max_new_tokens),
-            "temperature": float(temperature),
-            "top_p": float(sampling.top_p),
+            **sampling.engine_params(),
             "seed": int(seed),
             "n": 1,
         }
-        if sampling.top_k > 0 and temperature > 0 and self.spec.send_top_k:
-            body["top_k"] = int(sampling.top_k)
+        if not (body["top_k"] > 0 and self.spec.send_top_k):
+            del body["top_k"]
         if self.spec.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:

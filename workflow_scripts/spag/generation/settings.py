@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
+from spag.errors import SpagInputError
 from spag.settings import opt, section
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -21,18 +23,37 @@ MODEL_BACKENDS = ("hf", "vllm")
 @dataclass(frozen=True, kw_only=True)
 class SamplingSettings:
     """How replies are drawn, as a run sets it: config ``selfplay`` and ``spag play``'s
-    flags inherit these fields, every generate call gets them in :class:`Sampling`. A
-    knob added here is a ``selfplay`` key (add it to the schema), a ``spag play`` flag
-    and a rule flag of self-play; the backends read it."""
+    flags inherit these fields, every generate call gets them in :class:`Sampling`.
 
-    max_new_tokens: int = opt(256, "tokens per reply at most")
-    temperature: float = opt(1.2, "sampling temperature")
+    A knob added here is a ``spag play`` flag and a rule flag of self-play at once, and
+    reaches vLLM's ``SamplingParams`` and an endpoint's request under its own name
+    (:meth:`Sampling.engine_params`; metadata ``engine``: another name there, ``greedy``:
+    its value in greedy decoding). Add it to the schema's ``selfplay`` section, check its
+    range in :meth:`__post_init__`, and apply it in the ``hf`` backend's decoding loop
+    (``HFBackend._pick``).
+    """
+
+    max_new_tokens: int = opt(256, "tokens per reply at most", engine="max_tokens")
+    temperature: float = opt(1.2, "sampling temperature", greedy=0.0)
     top_k: int = opt(
         50,
         "sample from the k most likely tokens; 0: no limit (the research code kept "
         "transformers' default 50)",
+        greedy=0,
     )
-    top_p: float = opt(1.0, "nucleus sampling: the smallest set of tokens with this mass")
+    top_p: float = opt(
+        1.0, "nucleus sampling: the smallest set of tokens with this mass", greedy=1.0
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise SpagInputError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise SpagInputError(f"--temperature must be >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise SpagInputError(f"--top-k must be >= 0 (0: no limit), got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise SpagInputError(f"--top-p must be in (0, 1], got {self.top_p}")
 
 
 def sampling_knobs() -> tuple[str, ...]:
@@ -50,6 +71,17 @@ class Sampling(SamplingSettings):
     def samples(self) -> bool:
         """Whether replies are drawn at random (not greedy, temperature above 0)."""
         return not self.greedy and self.temperature > 0
+
+    def engine_params(self) -> dict[str, Any]:
+        """The knobs as vLLM's ``SamplingParams`` and OpenAI-compatible servers name
+        them; in greedy decoding temperature 0 and no top-k / top-p filter."""
+        params = {}
+        for f in dataclasses.fields(SamplingSettings):
+            value = getattr(self, f.name)
+            if "greedy" in f.metadata and not self.samples:
+                value = f.metadata["greedy"]
+            params[f.metadata.get("engine", f.name)] = value
+        return params
 
 
 @section("selfplay")

@@ -111,16 +111,12 @@ class VLLMBackend:
         max_new_tokens = sampling.max_new_tokens
         seeds = prompt_seeds(seed, game_ids, len(prompts))
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
-        sample = sampling.samples
-        top_k = sampling.top_k
+        # The knobs by vLLM's names (top_k 0: no filter, as in vLLM).
+        knobs = sampling.engine_params()
         params = [
             SamplingParams(
                 n=1,
-                temperature=float(sampling.temperature) if sample else 0.0,
-                top_p=float(sampling.top_p) if sample else 1.0,
-                # vLLM: 0 or -1 means no top-k filter.
-                top_k=int(top_k) if sample and top_k > 0 else 0,
-                max_tokens=int(max_new_tokens),
+                **knobs,
                 min_tokens=min(MIN_NEW_TOKENS, int(max_new_tokens)),
                 stop_token_ids=self.eos_ids,
                 seed=seeds[i],
