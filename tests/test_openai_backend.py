@@ -192,6 +192,28 @@ def test_top_k_is_sent_when_sampling_unless_turned_off(endpoint):
         parse_spec(endpoint.spec(top_k="maybe"))
 
 
+def test_a_knob_outside_the_openai_api_is_sent_only_away_from_its_default(endpoint):
+    """OpenAI's API refuses parameters it does not know: a sampling knob added to the
+    declaration must not reach an endpoint unless the run sets it."""
+    from dataclasses import dataclass
+
+    from spag.settings import opt
+
+    @dataclass(frozen=True, kw_only=True)
+    class WithPenalty(Sampling):
+        repetition_penalty: float = opt(1.0, "a knob the OpenAI API does not define")
+
+    backend = OpenAIBackend(endpoint.spec())
+    for prompt, penalty in (("unset", 1.0), ("set", 1.3)):
+        knobs = WithPenalty(max_new_tokens=8, repetition_penalty=penalty)
+        backend.generate([prompt], knobs, seed=1)
+    sent = {r["prompt"]: r for r in endpoint.requests}
+    assert "repetition_penalty" not in sent["unset"]
+    assert sent["set"]["repetition_penalty"] == 1.3
+    # The OpenAI API's own knobs always go.
+    assert {"max_tokens", "temperature", "top_p"} <= set(sent["unset"])
+
+
 # ---------------------------------------------------------------- hostile servers
 def test_a_redirect_is_not_followed_and_the_key_stays(endpoint, monkeypatch):
     """A 302 to another host would carry the key there: refused, the other host never

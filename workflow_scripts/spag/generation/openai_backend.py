@@ -57,6 +57,8 @@ SPEC_PREFIX = "openai:"
 APIS = ("completions", "chat")
 RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 SPEC_OPTIONS = ("model", "api", "timeout", "retries", "workers", "key_env", "top_k")
+# The sampling parameters of the OpenAI API itself (every server takes them).
+OPENAI_SAMPLING = ("max_tokens", "temperature", "top_p")
 # A reply may take this many bytes, plus BYTES_PER_TOKEN for each requested token.
 MAX_REPLY_BYTES = 64 * 1024
 BYTES_PER_TOKEN = 64
@@ -247,16 +249,20 @@ class OpenAIBackend:
 
     # -------------------------------------------------------------- requests
     def _payload(self, prompt: str, sampling: Sampling, seed: int) -> dict[str, Any]:
-        # The knobs by the servers' names; greedy decoding is temperature 0. top_k is not
-        # OpenAI's: sent only where it filters and the endpoint takes it.
-        body: dict[str, Any] = {
-            "model": self.spec.model,
-            **sampling.engine_params(),
-            "seed": int(seed),
-            "n": 1,
-        }
-        if not (body["top_k"] > 0 and self.spec.send_top_k):
-            del body["top_k"]
+        # The knobs by the servers' names; greedy decoding is temperature 0. A knob the
+        # OpenAI API does not define goes only where it does something (top_k: where
+        # it filters and the endpoint takes it; any other: away from its default),
+        # since OpenAI's own API refuses parameters it does not know.
+        params = sampling.engine_params()
+        unset = type(sampling)(greedy=sampling.greedy).engine_params()
+        body: dict[str, Any] = {"model": self.spec.model}
+        for name, value in params.items():
+            if name == "top_k":
+                if value > 0 and self.spec.send_top_k:
+                    body[name] = value
+            elif name in OPENAI_SAMPLING or value != unset[name]:
+                body[name] = value
+        body.update(seed=int(seed), n=1)
         if self.spec.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:

@@ -65,7 +65,8 @@ def sampling_knobs() -> tuple[str, ...]:
 class Sampling(SamplingSettings):
     """How every reply of a generate call is drawn; the defaults are self-play's."""
 
-    greedy: bool = opt(False, "greedy decoding (the most likely token; no sampling)")
+    # How the knobs apply, not a knob of the engines (engine=None).
+    greedy: bool = opt(False, "greedy decoding (the most likely token; no sampling)", engine=None)
 
     @property
     def samples(self) -> bool:
@@ -76,11 +77,14 @@ class Sampling(SamplingSettings):
         """The knobs as vLLM's ``SamplingParams`` and OpenAI-compatible servers name
         them; in greedy decoding temperature 0 and no top-k / top-p filter."""
         params = {}
-        for f in dataclasses.fields(SamplingSettings):
+        for f in dataclasses.fields(self):
+            name = f.metadata.get("engine", f.name)
+            if name is None:
+                continue
             value = getattr(self, f.name)
             if "greedy" in f.metadata and not self.samples:
                 value = f.metadata["greedy"]
-            params[f.metadata.get("engine", f.name)] = value
+            params[name] = value
         return params
 
 
