@@ -15,7 +15,7 @@ from spag.ops.device import family_device
 from spag.settings import add_arguments, cli_flags, from_arguments
 from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, paper_defaults
 from spag.training.settings import (
-    ScoreRefSettings,
+    ScoreRefConfig,
     ScoringSettings,
     StageSettings,
     TrainConfig,
@@ -130,10 +130,10 @@ def test_scoring_section_defaults_are_the_schema_defaults():
         assert props[f.name]["default"] == f.default, f.name
 
 
-def _parse_score(argv: list[str]) -> ScoreRefSettings:
+def _parse_score(argv: list[str]) -> ScoreRefConfig:
     p = argparse.ArgumentParser()
     score_ref.add_arguments(p)
-    return from_arguments(ScoreRefSettings, p.parse_args(argv))
+    return from_arguments(ScoreRefConfig, p.parse_args(argv))
 
 
 @pytest.mark.parametrize("stage", ["imitation", "spag"])

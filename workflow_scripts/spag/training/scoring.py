@@ -20,7 +20,7 @@ import pyarrow as pa
 from spag.data.tables import read_parquet, write_parquet
 from spag.errors import SpagInputError
 from spag.ops import select_device
-from spag.training.settings import ScoreRefSettings, ScoringSettings
+from spag.training.settings import ScoreRefConfig, ScoringSettings
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def torch_dtype(name: str):
 def load_model_and_tokenizer(
     model_dir: str | os.PathLike,
     dtype: str = ScoringSettings.dtype,
-    trust_remote_code: bool = ScoreRefSettings.trust_remote_code,
+    trust_remote_code: bool = ScoreRefConfig.trust_remote_code,
 ):
     """Load a causal LM (safetensors only) and its tokenizer from a local folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -194,12 +194,12 @@ def score_file(
     output: str | os.PathLike,
     *,
     batch_size: int = ScoringSettings.batch_size,
-    max_length: int = ScoreRefSettings.max_length,
+    max_length: int = ScoreRefConfig.max_length,
     dtype: str = ScoringSettings.dtype,
-    trust_remote_code: bool = ScoreRefSettings.trust_remote_code,
-    prompt_format: str = ScoreRefSettings.prompt_format,
-    device: str = ScoreRefSettings.device,
-    padding_free: bool = ScoreRefSettings.padding_free,
+    trust_remote_code: bool = ScoreRefConfig.trust_remote_code,
+    prompt_format: str = ScoreRefConfig.prompt_format,
+    device: str = ScoreRefConfig.device,
+    padding_free: bool = ScoreRefConfig.padding_free,
 ) -> pa.Table:
     """Add ``ref_logprob`` under ``model_dir`` to the sample table and write it atomically.
 

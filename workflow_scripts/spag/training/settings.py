@@ -7,7 +7,7 @@ with the same defaults, checked by a test). ``TrainConfig`` adds what a job is g
 generated from ``TrainConfig`` (:func:`spag.settings.add_arguments`), the rules' flags
 from the validated config (:func:`stage_arguments`), and the Trainer's arguments from
 the settings by name (:func:`argument_values`, metadata ``arg``), so no default is
-written twice. ``ScoringSettings`` (config ``scoring``) and ``ScoreRefSettings`` do the
+written twice. ``ScoringSettings`` (config ``scoring``) and ``ScoreRefConfig`` do the
 same for ``spag score-ref`` (:func:`score_arguments`).
 """
 
@@ -207,7 +207,7 @@ class ScoringSettings:
 
 
 @dataclass(kw_only=True)
-class ScoreRefSettings(ScoringSettings):
+class ScoreRefConfig(ScoringSettings):
     """One ``spag score-ref`` job: its files, the scoring keys and training's encoding."""
 
     model: str = req("reference model folder")
