@@ -1,7 +1,7 @@
-# Evaluation of M(e): greedy games against a fixed opponent on the held-out words (one
-# job per shard of the words, merged), reasoning benchmarks (lm-evaluation-harness), and
-# the epoch's summary row. The base model and M0 play the same games against the same
-# opponent: the rows M(e) is read against.
+# Evaluation of M(e): greedy games (and, where configured, sampled ones) against a fixed
+# opponent on the held-out words (one job per shard of the words, merged), reasoning
+# benchmarks (lm-evaluation-harness), and the epoch's summary row. The base model and
+# M0 play the same games against the same opponent: the rows M(e) is read against.
 #
 # rule                 spag step        package module (spag.)
 # eval_play            play             commands/play.py, game/selfplay.py, generation/
@@ -10,6 +10,7 @@
 # eval_merge_baseline  merge-episodes   commands/merge_episodes.py, game/merge.py
 # eval_games           eval-games       commands/eval_games.py, evaluation/games.py
 # eval_games_baseline  eval-games       commands/eval_games.py, evaluation/games.py
+# eval_*_sampled       (the three above for sampled games: evaluation.sampled_games_per_secret)
 # eval_reasoning       eval-reasoning   commands/eval_reasoning.py, evaluation/reasoning.py
 # eval_hints           score-hints      commands/score_hints.py, evaluation/hints.py
 # eval_inference       score-hints      (a game with a guess: Taboo)
@@ -140,6 +141,74 @@ use rule eval_games as eval_games_baseline with:
         bench_path("eval", "games_{model}.tsv")
     wildcard_constraints:
         model="|".join(BASELINE_MODELS),
+
+
+# Sampled games (evaluation.sampled_games_per_secret > 0): the same opponent, words
+# and shards, several games per secret and role drawn as self-play draws.
+use rule eval_play as eval_play_sampled with:
+    output:
+        SAMPLED_SHARD,
+    log:
+        log_path("epoch{epoch}", "eval_sampled", "shard_{shard}.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "eval_sampled", "shard_{shard}.tsv")
+    params:
+        args=eval_sampled_play_args(),
+
+
+use rule eval_merge as eval_merge_sampled with:
+    input:
+        sampled_shards,
+    output:
+        SAMPLED_GAMES,
+    log:
+        log_path("epoch{epoch}", "eval_merge_sampled.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "eval_merge_sampled.tsv")
+
+
+use rule eval_games as eval_games_sampled with:
+    input:
+        SAMPLED_GAMES,
+    output:
+        SAMPLED_TABLE,
+    log:
+        log_path("epoch{epoch}", "eval_games_sampled.log"),
+    benchmark:
+        bench_path("epoch{epoch}", "eval_games_sampled.tsv")
+
+
+use rule eval_play_baseline as eval_play_sampled_baseline with:
+    output:
+        SAMPLED_BASELINE_SHARD,
+    log:
+        log_path("eval", "sampled_{model}", "shard_{shard}.log"),
+    benchmark:
+        bench_path("eval", "sampled_{model}", "shard_{shard}.tsv")
+    params:
+        args=eval_sampled_play_args(),
+
+
+use rule eval_merge_baseline as eval_merge_sampled_baseline with:
+    input:
+        sampled_shards,
+    output:
+        SAMPLED_BASELINE_GAMES,
+    log:
+        log_path("eval", "merge_sampled_{model}.log"),
+    benchmark:
+        bench_path("eval", "merge_sampled_{model}.tsv")
+
+
+use rule eval_games_baseline as eval_games_sampled_baseline with:
+    input:
+        SAMPLED_BASELINE_GAMES,
+    output:
+        SAMPLED_BASELINE_TABLE,
+    log:
+        log_path("eval", "games_sampled_{model}.log"),
+    benchmark:
+        bench_path("eval", "games_sampled_{model}.tsv")
 
 
 rule eval_reasoning:

@@ -22,6 +22,9 @@ GRADED = (
     and config["evaluation"]["hints"]["listener"] is not None
 )
 
+# Sampled evaluation games besides the greedy ones: games per secret and role (0: none).
+SAMPLED = config["evaluation"]["sampled_games_per_secret"]
+
 RESULTS = Path("results")
 CHECKPOINTS = Path(
     "checkpoints"
@@ -78,11 +81,19 @@ BASELINE_SHARD = result("eval", "games", "{model}", "shard_{shard}.parquet")
 BASELINE_SHARD_BENCHMARK = bench_path("eval", "play_{model}", "shard_{shard}.tsv")
 BASELINE_GAMES = result("eval", "games", "{model}.parquet")
 BASELINE_TABLE = result("eval", "games", "{model}.tsv")
+# Sampled evaluation games (evaluation.sampled_games_per_secret), the same layout.
+SAMPLED_SHARD = epoch_path("eval", "sampled", "shard_{shard}.parquet")
+SAMPLED_GAMES = epoch_path("eval", "sampled", "games.parquet")
+SAMPLED_TABLE = epoch_path("eval", "sampled", "games.tsv")
+SAMPLED_BASELINE_SHARD = result("eval", "sampled", "{model}", "shard_{shard}.parquet")
+SAMPLED_BASELINE_GAMES = result("eval", "sampled", "{model}.parquet")
+SAMPLED_BASELINE_TABLE = result("eval", "sampled", "{model}.tsv")
 # Models of the reasoning evaluation: the base model, M0 and M1 ... M(EPOCHS).
 REASONING_MODELS = [*BASELINE_MODELS, *(f"epoch{e}" for e in range(1, EPOCHS + 1))]
 SUMMARY_EPOCHS = result("summary", "epochs.tsv")
 SUMMARY_REASONING = result("summary", "reasoning.tsv")
 SUMMARY_EVAL_GAMES = result("summary", "eval_games.tsv")
+SUMMARY_EVAL_SAMPLED = result("summary", "eval_sampled.tsv")
 STRATEGY = result("eval", "strategy", "{model}.tsv")
 HINTS = result("eval", "hints", "{model}.parquet")
 SUMMARY_HINTS = result("summary", "hints.tsv")
@@ -139,6 +150,14 @@ def eval_shards(wildcards):
     return expand(EVAL_SHARD, epoch=wildcards.epoch, shard=shards)
 
 
+def sampled_shards(wildcards):
+    """The sampled evaluation games shards of M(e) ({epoch}) or of a baseline ({model})."""
+    shards = map(shard_name, range(EVAL_NUM_SHARDS))
+    if "model" in wildcards.keys():
+        return expand(SAMPLED_BASELINE_SHARD, model=wildcards.model, shard=shards)
+    return expand(SAMPLED_SHARD, epoch=wildcards.epoch, shard=shards)
+
+
 def teacher_shards(wildcards=None):
     shards = range(config["data"]["teacher"]["num_shards"])
     return expand(TEACHER_SHARD, shard=map(shard_name, shards))
@@ -190,6 +209,16 @@ def epoch_targets(epoch):
             EPOCH_SUMMARY.format(epoch=e),
         ]
     models = REASONING_MODELS[: len(BASELINE_MODELS) + int(epoch)]
+    if SAMPLED:
+        targets += expand(
+            SAMPLED_BASELINE_SHARD, model=BASELINE_MODELS, shard=eval_shard_names
+        )
+        targets += expand(
+            [SAMPLED_BASELINE_GAMES, SAMPLED_BASELINE_TABLE], model=BASELINE_MODELS
+        )
+        for e in range(1, int(epoch) + 1):
+            targets += expand(SAMPLED_SHARD, epoch=e, shard=eval_shard_names)
+            targets += [SAMPLED_GAMES.format(epoch=e), SAMPLED_TABLE.format(epoch=e)]
     if SOLVED:
         targets += expand(STRATEGY, model=models)
     if GRADED:

@@ -7,6 +7,7 @@
 # plots           plot-run       commands/plot_run.py, report/plots.py, report/names.py
 # epoch_plots     plot-epoch     commands/plot_epoch.py, report/plots.py, report/names.py
 # run_info        run-info       commands/run_info.py, provenance.py
+# sampled_games_table  summarize-run  (sampled evaluation games: evaluation.sampled_games_per_secret)
 # hints_table     summarize-hints       commands/summarize_hints.py, evaluation/hints.py
 #                 (a game with a guess: Taboo)
 # strategy_table  summarize-strategies  commands/summarize_strategies.py, evaluation/strategy.py
@@ -37,6 +38,7 @@ REPORT_TARGETS = [
         else []
     ),
     *([SUMMARY_HINTS, SUMMARY_INFERENCE] if GRADED else []),
+    *([SUMMARY_EVAL_SAMPLED] if SAMPLED else []),
     *(str(Path(PLOTS_DIR, name)) for name in RUN_PLOTS),
     *expand(
         str(Path(PLOTS_DIR, "epoch{epoch}", "{plot}")),
@@ -97,6 +99,44 @@ rule summary_tables:
         " --reasoning {input.reasoning:q} --output {output.epochs:q}"
         " --reasoning-output {output.reasoning:q} --eval-games {input.eval_games:q}"
         " --eval-games-output {output.eval_games:q} --eval-episodes {input.eval_episodes:q}"
+        " --commit {params.commit:q} --game {params.game}"
+        " --config-digest {params.digest:q} > {log:q} 2>&1"
+
+
+# Sampled evaluation games of every model, each paired with M0's (one row per model
+# and role, as eval_games.tsv).
+rule sampled_games_table:
+    input:
+        tables=[
+            *expand(SAMPLED_BASELINE_TABLE, model=BASELINE_MODELS),
+            *expand(SAMPLED_TABLE, epoch=range(1, EPOCHS + 1)),
+        ],
+        episodes=[
+            *expand(SAMPLED_BASELINE_GAMES, model=BASELINE_MODELS),
+            *expand(SAMPLED_GAMES, epoch=range(1, EPOCHS + 1)),
+        ],
+    output:
+        report(
+            SUMMARY_EVAL_SAMPLED,
+            caption="../report/summary_eval_sampled.rst",
+            category="Summary",
+            subcategory="Tables",
+        ),
+    log:
+        log_path("sampled_games_table.log"),
+    benchmark:
+        bench_path("sampled_games_table.tsv")
+    conda:
+        "../envs/spag.yaml"
+    resources:
+        **job_resources("cpu"),
+    params:
+        game=config["game"]["name"],
+        commit=PROJECT_COMMIT,
+        digest=CONFIG_DIGEST,
+    shell:
+        "exec spag summarize-run --eval-games {input.tables:q}"
+        " --eval-games-output {output:q} --eval-episodes {input.episodes:q}"
         " --commit {params.commit:q} --game {params.game}"
         " --config-digest {params.digest:q} > {log:q} 2>&1"
 

@@ -8,6 +8,7 @@ from spag.data.words import words_arguments
 from spag.evaluation.reasoning import reasoning_arguments
 from spag.game.play_settings import (
     eval_play_arguments,
+    eval_sampled_play_arguments,
     selfplay_arguments,
     teacher_play_arguments,
 )
@@ -90,6 +91,10 @@ def play_args():
 
 def eval_play_args():
     return cli_flags(**eval_play_arguments(config))
+
+
+def eval_sampled_play_args():
+    return cli_flags(**eval_sampled_play_arguments(config))
 
 
 def teacher_play_args(wildcards, threads):

@@ -71,8 +71,29 @@ def test_games_that_do_not_pair_are_refused():
     new = {(w, "attacker"): ATTACKER_WINS for w in WORDS[:-1]}
     with pytest.raises(SpagInputError, match="did not play the same words"):
         paired_rows(_games(new), _games(ref))
-    with pytest.raises(SpagInputError, match="played twice"):
+    # A second game of one word and role pairs with nothing on the other side.
+    with pytest.raises(SpagInputError, match="did not play the same words"):
         paired_rows(_games(ref) + _games(ref)[:1], _games(ref))
+
+
+def test_sampled_games_pair_by_index_and_a_word_moves_as_one():
+    """Three sampled games per word and role: the k-th pairs with the reference's k-th,
+    rates are over all games, and the bootstrap resamples words (a word's games
+    together), so the interval is that of 40 words, not of 120 games."""
+    ref = [g for _ in range(3) for g in _games({(w, "attacker"): ATTACKER_BROKE_RULES
+                                                for w in WORDS})]  # fmt: skip
+    # The model wins the first of its three games on every word, the others as M0.
+    new = [
+        {**g, "outcome": ATTACKER_WINS if k == 0 else g["outcome"]}
+        for k in range(3)
+        for g in _games({(w, "attacker"): ATTACKER_BROKE_RULES for w in WORDS})
+    ]
+    row = paired_rows(new, ref)["attacker"]
+    assert row["pairs"] == 3 * len(WORDS)
+    assert row["win_diff"] == pytest.approx(1 / 3)
+    # Every word gains exactly 1 of 3: resampling words cannot move the difference.
+    assert row["win_diff_lo"] == pytest.approx(1 / 3) == row["win_diff_hi"]
+    assert row["win_diff_p"] < 1e-6
 
 
 def _episodes(path, model: str, epoch: int, wins_as_attacker: int):

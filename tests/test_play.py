@@ -313,6 +313,52 @@ def test_evaluation_in_shards_merges_to_the_same_games(tiny_model_dir, tmp_path)
     assert tables[0] == tables[1]
 
 
+def test_sampled_evaluation_games_to_the_paired_summary(tiny_model_dir, tmp_path):
+    """Sampled evaluation games (rules eval_play_sampled ... sampled_games_table): k games
+    per word and role, each its own draw, in shards that merge to the games of one job,
+    then tables and the summary paired with M0 game k by game k."""
+    words = write_words(tmp_path / "w.txt", WORDS)
+    sampled = ["--opponent", str(tiny_model_dir), "--no-greedy", "--temperature", "1.0",
+               "--games-per-word", "3", "--max-new-tokens", "6"]  # fmt: skip
+    games = {}
+    for name, epoch in (("imitation", "0"), ("epoch1", "1")):
+        shards = [tmp_path / f"{name}_{i:03d}.parquet" for i in range(2)]
+        for i, out in enumerate(shards):
+            assert _play(tiny_model_dir, words, out, *sampled, "--model-name", name,
+                         f"--epoch={epoch}", "--shard-index", str(i), "--num-shards", "2") == 0  # fmt: skip
+        games[name] = tmp_path / f"{name}.parquet"
+        merge = ["merge-episodes", "--inputs", *map(str, shards), "--output", str(games[name])]
+        assert main(merge) == 0
+    rows = pq.read_table(games["imitation"]).to_pylist()
+    assert len(rows) == 3 * 2 * len(WORDS)
+    ids = [r["episode_id"] for r in rows]
+    assert len(set(ids)) == len(ids) and all(i.rsplit("-", 1)[1] in "012" for i in ids)
+    # Each of a word's games is its own draw.
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault((r["target_word"], r["policy_role"]), []).append(r["history"])
+    assert any(len({str(h) for h in histories}) > 1 for histories in by_key.values())
+    tables = []
+    for path in games.values():
+        tables.append(path.with_suffix(".tsv"))
+        assert main(["eval-games", "--episodes", str(path), "--output", str(tables[-1])]) == 0
+    summary = tmp_path / "eval_sampled.tsv"
+    argv = ["summarize-run", "--eval-games", *map(str, tables), "--eval-games-output",
+            str(summary), "--eval-episodes", *map(str, games.values())]  # fmt: skip
+    assert main(argv) == 0
+    import pandas as pd
+
+    table = pd.read_csv(summary, sep="\t")
+    paired = table[(table["model"] == "epoch1") & (table["role"] == "all")].iloc[0]
+    assert paired["reference"] == "imitation" and paired["pairs"] == 3 * 2 * len(WORDS)
+    assert paired["win_diff_lo"] <= paired["win_diff"] <= paired["win_diff_hi"]
+    assert 0 <= paired["win_diff_p"] <= 1
+    reference = table[table["model"] == "imitation"]
+    assert len(reference) == 3 and reference["pairs"].isna().all()
+    counts = table[(table["model"] == "epoch1") & (table["role"] == "attacker")].iloc[0]
+    assert counts["games"] == 3 * len(WORDS)
+
+
 def test_bad_inputs_are_clear_errors(tiny_model_dir, words_file, tmp_path, capsys):
     out = tmp_path / "x.parquet"
     assert _play(tiny_model_dir, words_file, out, "--shard-index", "4", "--num-shards", "4") == 2

@@ -248,6 +248,8 @@ def test_cli_defaults_are_the_declared_defaults():
     assert played.kv_reuse_gib == SelfplaySettings.kv_reuse_gib
     assert _parse(["--opponent", "b"]).sampling.greedy
     assert not _parse(["--opponent", "b", "--no-greedy"]).sampling.greedy
+    sampled = _parse(["--opponent", "b", "--no-greedy", "--games-per-word", "3"])
+    assert sampled.games_per_word == 3 and sampled.sampling.samples
 
 
 @pytest.mark.parametrize(
@@ -259,7 +261,11 @@ def test_cli_defaults_are_the_declared_defaults():
         (["--top-k", "-1"], "--top-k must be >= 0"),
         (["--top-p", "0"], r"--top-p must be in \(0, 1\]"),
         (["--kv-reuse-gib", "-1"], "--kv-reuse-gib must be >= 0"),
-        (["--games-per-word", "2", "--opponent", "b"], "--games-per-word applies to self-play"),
+        (["--games-per-word", "2", "--opponent", "b"], "greedy ones would repeat"),
+        (
+            ["--games-per-word", "2", "--opponent", "b", "--no-greedy", "--temperature", "0"],
+            "greedy ones would repeat",
+        ),
     ],
 )
 def test_bad_values_are_input_errors(argv, message):

@@ -154,6 +154,44 @@ def test_evaluation_games_are_played_in_shards_and_merged(workdir):
     )
 
 
+def test_sampled_evaluation_games_beside_the_greedy_ones(workdir):
+    """evaluation.sampled_games_per_secret plays every model's sampled games in the same
+    shards against the same opponent, drawn as self-play draws, and summarises them
+    paired with M0's; off by default."""
+    plain = snakemake(workdir, "all", "-n", "-p", config={"epochs": 1})
+    assert plain.returncode == 0, plain.stderr
+    assert "sampled" not in plain.stdout
+    res = snakemake(
+        workdir, "all", "-n", "-p",
+        config={"epochs": 1, "evaluation": {"num_shards": 2, "sampled_games_per_secret": 3},
+                "selfplay": {"temperature": 0.9, "top_k": 20}},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    plays = [ln for ln in _shell_lines(res.stdout, "spag play") if "--opponent " in ln]
+    sampled = [ln for ln in plays if "/sampled/" in ln]
+    greedy = [ln for ln in plays if "/sampled/" not in ln]
+    assert len(sampled) == len(greedy) == 6  # M1, base, M0: two shards each
+    for line in sampled:
+        assert "--no-greedy" in line and "--games-per-word 3" in line, line
+        assert "--temperature 0.9 " in line and "--top-k 20 " in line, line
+    for line in greedy:
+        assert " --greedy" in line and "--games-per-word" not in line, line
+
+    # Apart from sampling, the same games: model, opponent, words, shards, seed, length.
+    def game_flags(line):
+        words = line.split()
+        keys = ("--model", "--opponent", "--words", "--shard-index", "--num-shards", "--seed",
+                "--model-name", "--max-new-tokens", "--max-turns")  # fmt: skip
+        return tuple(words[words.index(k) + 1] for k in keys)
+
+    assert {game_flags(ln) for ln in sampled} == {game_flags(ln) for ln in greedy}
+    summary = _shell_lines(res.stdout, "--eval-games-output results/summary/eval_sampled.tsv")
+    assert len(summary) == 1
+    for table in ("results/eval/sampled/base.tsv", "results/epoch1/eval/sampled/games.tsv"):
+        assert table in summary[0]
+    assert "results/eval/sampled/imitation.parquet" in summary[0]
+
+
 def test_the_loop_goes_before_the_evaluations(workdir):
     """Jobs on the way to the next model are scheduled before evaluation jobs that wait
     for the same cores: evaluations are leaves of the plan."""

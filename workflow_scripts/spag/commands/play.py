@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     seed = shard_seed(c.seed, c.epoch, c.shard_index)
     sampling = c.sampling
     if c.opponent:
-        specs = evaluation_specs(words, c.epoch, c.shard_index, game)
+        specs = evaluation_specs(words, c.epoch, c.shard_index, game, c.games_per_word)
     else:
         specs = selfplay_specs(words, c.epoch, c.shard_index, c.games_per_word)
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec

@@ -2,13 +2,14 @@
 
 ::
 
-    spag summarize-run --epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv
+    spag summarize-run [--epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv]
         [--reasoning REASONING.json [...] --reasoning-output REASONING.tsv]
         [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv
          [--eval-episodes GAMES.parquet [...] [--paired-reference imitation]]]
         [--commit COMMIT] [--config-digest DIGEST]
 
-``--epoch-summaries`` are the rows of ``spag summarize-epoch``, stacked by epoch;
+``--epoch-summaries`` are the rows of ``spag summarize-epoch``, stacked by epoch
+(rule ``sampled_games_table`` asks for the evaluation games table alone);
 ``--reasoning`` the reasoning JSON files of every model (base, imitation,
 epoch<N>), turned into one long table; ``--eval-games`` the evaluation games
 tables of every model, stacked into one table in run order, with each model's
@@ -28,8 +29,8 @@ log = logging.getLogger("spag.summarize_run")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epoch-summaries", nargs="+", required=True, help="per-epoch summary files")
-    p.add_argument("--output", required=True, help="summary TSV of all epochs")
+    p.add_argument("--epoch-summaries", nargs="+", help="per-epoch summary files")
+    p.add_argument("--output", help="summary TSV of all epochs")
     p.add_argument("--reasoning", nargs="+", help="reasoning JSON files of all models")
     p.add_argument("--reasoning-output", help="long reasoning table TSV")
     p.add_argument("--eval-games", nargs="+", help="evaluation games tables of all models")
@@ -61,6 +62,12 @@ def run(args: argparse.Namespace) -> int:
         write_tsv,
     )
 
+    if bool(args.epoch_summaries) != bool(args.output):
+        raise SpagInputError("--epoch-summaries and --output go together")
+    if not (args.epoch_summaries or args.reasoning or args.eval_games):
+        raise SpagInputError(
+            "nothing to summarize: give --epoch-summaries, --reasoning or --eval-games"
+        )
     if bool(args.reasoning) != bool(args.reasoning_output):
         raise SpagInputError("--reasoning and --reasoning-output go together")
     if bool(args.eval_games) != bool(args.eval_games_output):
@@ -68,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
     # What produced the numbers, on every row (results/run_info.json has the rest).
     stamp = {k: v for k, v in (("commit", args.commit), ("config_digest", args.config_digest)) if v}
     game = load_game(args.game)
-    epochs = collect_epochs(args.epoch_summaries, game).assign(**stamp)
+    epochs = (
+        collect_epochs(args.epoch_summaries, game).assign(**stamp) if args.epoch_summaries else None
+    )
     reasoning = collect_reasoning(args.reasoning).assign(**stamp) if args.reasoning else None
     if args.eval_episodes and not args.eval_games:
         raise SpagInputError("--eval-episodes needs --eval-games")
@@ -76,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if games is not None and args.eval_episodes:
         games = add_paired(games, args.eval_episodes, args.paired_reference, game)
     games = games.assign(**stamp) if games is not None else None
-    write_tsv(epochs, args.output)
-    log.info("wrote %s: %d epochs", args.output, len(epochs))
+    if epochs is not None:
+        write_tsv(epochs, args.output)
+        log.info("wrote %s: %d epochs", args.output, len(epochs))
     if reasoning is not None:
         write_tsv(reasoning, args.reasoning_output)
         log.info("wrote %s: %d rows", args.reasoning_output, len(reasoning))

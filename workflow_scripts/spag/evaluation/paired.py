@@ -2,7 +2,7 @@
 
 Every model of a run plays the same held-out words in both roles against the same
 opponent, greedily: game ``(word, role)`` of M(e) and of M0 differ only by the
-model. Separate intervals per model do not answer "is M(e) better than M0 on these
+model (sampled games: the k-th game of a word and role pairs with the k-th). Separate intervals per model do not answer "is M(e) better than M0 on these
 words?"; the paired difference does. For each metric (win, the game ending in a
 rule break, the game decisive: won by either side by play) and each role (and both
 together):
@@ -66,7 +66,9 @@ def paired_rows(
 ) -> dict[str, dict[str, float]]:
     """Paired differences per role and ``all`` (columns of :data:`PAIRED_COLUMNS` but
     ``reference``). ``games`` and ``reference`` are judged games (``word``, ``role``,
-    ``outcome``) of the same words and roles; one game per word and role."""
+    ``outcome``) of the same words and roles, as many of each: one (greedy games), or
+    several sampled games, the k-th of a word and role paired with the reference's
+    k-th (the bootstrap resamples words, so a word's games move together)."""
     import numpy as np
 
     mine, theirs = _by_pair(games, names[0]), _by_pair(reference, names[1])
@@ -80,7 +82,7 @@ def paired_rows(
     rows: dict[str, dict[str, float]] = {}
     for role in (*game.roles, "all"):
         keys = sorted(k for k in mine if role in ("all", k[1]))
-        words = sorted({w for w, _ in keys})
+        words = sorted({k[0] for k in keys})
         index = {w: i for i, w in enumerate(words)}
         row: dict[str, float] = {"pairs": len(keys)}
         # one resample of words for every metric of this row
@@ -107,16 +109,14 @@ def paired_rows(
     return rows
 
 
-def _by_pair(games: Sequence[Mapping], name: str) -> dict[tuple[str, str], str]:
-    out: dict[tuple[str, str], str] = {}
+def _by_pair(games: Sequence[Mapping], name: str) -> dict[tuple[str, str, int], str]:
+    """Outcomes by (word, role, k): the k-th game of that word and role, in table order."""
+    out: dict[tuple[str, str, int], str] = {}
+    seen: dict[tuple[str, str], int] = {}
     for g in games:
-        key = (g["word"], g["role"])
-        if key in out:
-            raise SpagInputError(
-                f"{name}: word {key[0]!r} played twice as {key[1]}: a paired comparison "
-                "needs one evaluation game per word and role"
-            )
-        out[key] = g["outcome"]
+        k = seen.get((g["word"], g["role"]), 0)
+        seen[(g["word"], g["role"])] = k + 1
+        out[(g["word"], g["role"], k)] = g["outcome"]
     return out
 
 

@@ -71,7 +71,11 @@ class PlayConfig(SamplingSettings):
         f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
         "vllm: max_num_seqs (default vLLM's)",
     )
-    games_per_word: int = opt(1, "self-play games per secret (target word, deal)")
+    games_per_word: int = opt(
+        1,
+        "games per secret (target word, deal); with --opponent per secret and role "
+        "(sampled evaluation games)",
+    )
     prompts: str | None = opt(None, "prompts YAML (default: the shipped data/prompts.yaml)")
     tensor_parallel_size: int = opt(1, "vllm: GPUs one engine spans")
     batch_memory_gib: float | None = opt(
@@ -153,8 +157,11 @@ def _check(c: PlayConfig) -> None:
         raise SpagInputError(f"--kv-reuse-gib must be >= 0, got {c.kv_reuse_gib}")
     if c.threads is not None and c.threads < 1:
         raise SpagInputError(f"--threads must be at least 1, got {c.threads}")
-    if c.opponent and c.games_per_word != 1:
-        raise SpagInputError("--games-per-word applies to self-play only (not with --opponent)")
+    if c.opponent and c.games_per_word != 1 and not c.sampling.samples:
+        raise SpagInputError(
+            "--games-per-word with --opponent plays sampled games: greedy ones would repeat"
+            " (add --no-greedy and a temperature above 0)"
+        )
 
 
 # ------------------------------------------------------------------ the rules' flags
@@ -219,6 +226,20 @@ def eval_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
         "max_new_tokens": e["max_new_tokens"],
         "batch_size": e["batch_size"],
         "greedy": True,
+    }
+
+
+def eval_sampled_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
+    """Options of a sampled evaluation games shard: the evaluation's engines and reply
+    length, ``evaluation.sampled_games_per_secret`` games per secret and role, drawn as
+    self-play draws (config ``selfplay``'s sampling knobs but the reply length)."""
+    s = config["selfplay"]
+    return {
+        **eval_play_arguments(config),
+        **{k: s[k] for k in sampling_knobs() if k != "max_new_tokens"},
+        "greedy": False,
+        "no_greedy": True,
+        "games_per_word": config["evaluation"]["sampled_games_per_secret"],
     }
 
 

@@ -93,14 +93,25 @@ def selfplay_specs(
 
 
 def evaluation_specs(
-    words: Sequence[str], epoch: int, shard_index: int, game: Game = TABOO
+    words: Sequence[str],
+    epoch: int,
+    shard_index: int,
+    game: Game = TABOO,
+    games_per_role: int = 1,
 ) -> list[GameSpec]:
-    """Two games per secret against the opponent: the model in each role in turn."""
+    """Games against the opponent, the model in each role in turn: one per secret and
+    role (greedy games), or ``games_per_role`` (sampled games, ids ending ``-k``)."""
     specs = []
     for w in words:
         for role in game.roles:
             players = {r: POLICY if r == role else OPPONENT for r in game.roles}
-            specs.append(GameSpec(f"e{epoch}-eval-s{shard_index:03d}-{w}-{role}", w, players, role))
+            base = f"e{epoch}-eval-s{shard_index:03d}-{w}-{role}"
+            ids = (
+                [base]
+                if games_per_role == 1
+                else [f"{base}-{k}" for k in range(games_per_role)]
+            )
+            specs += [GameSpec(i, w, players, role) for i in ids]
     return specs
 
 

@@ -142,6 +142,10 @@ class EvaluationSettings:
     )
     max_new_tokens: int = opt(256, "tokens per reply at most")
     batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
+    sampled_games_per_secret: int = opt(
+        0,
+        "besides the greedy games: games per secret and role sampled as in self-play (0: none)",
+    )
     gpu_memory_utilization: float = opt(
         0.45, "vllm: share of the GPU's total memory of the evaluated model's engine"
     )
