@@ -275,13 +275,37 @@ def rates_by_seed(runs: dict[str, Path]) -> list[str]:
 
 
 def copy_games(workdir: Path, out: Path) -> None:
-    """Every model's evaluation games (a few tens of KB each) into ``out/games/``, so the
-    messages behind the tables can be read."""
-    (out / "games").mkdir(parents=True, exist_ok=True)
-    for f in sorted((workdir / "results" / "eval" / "games").glob("*.parquet")):
-        shutil.copy(f, out / "games" / f.name)
-    for f in sorted((workdir / "results").glob("epoch*/eval/games.parquet")):
+    """Every model's evaluation games (a few tens of KB each) into ``out/games/`` (sampled
+    ones into ``out/games/sampled/``) and each epoch's self-play episodes into
+    ``out/selfplay/``, so the messages behind the tables can be read."""
+    results = workdir / "results"
+    for kind, sub in (("games", "games"), ("sampled", "games/sampled")):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+        for f in sorted((results / "eval" / kind).glob("*.parquet")):
+            shutil.copy(f, out / sub / f.name)
+    for f in sorted(results.glob("epoch*/eval/games.parquet")):
         shutil.copy(f, out / "games" / f"{f.parents[1].name}.parquet")
+    for f in sorted(results.glob("epoch*/eval/sampled/games.parquet")):
+        shutil.copy(f, out / "games" / "sampled" / f"{f.parents[2].name}.parquet")
+    (out / "selfplay").mkdir(exist_ok=True)
+    for f in sorted(results.glob("epoch*/episodes.parquet")):
+        shutil.copy(f, out / "selfplay" / f"{f.parent.name}.parquet")
+
+
+def games_profiles(out: Path, game: str) -> list[str]:
+    """Self-play per epoch and every model's evaluation games, profiled
+    (perf/episode_profile.py: decisive games per role, echoes, openings, cut replies)."""
+    from episode_profile import table
+
+    lines = ["## Self-play per epoch", ""]
+    lines += table([(f.stem, f) for f in sorted((out / "selfplay").glob("*.parquet"))], game)
+    for title, folder in (("Evaluation games", "games"), ("Sampled evaluation games",
+                                                          "games/sampled")):  # fmt: skip
+        files = {f.stem: f for f in (out / folder).glob("*.parquet")}
+        if files:
+            ordered = [(m, files[m]) for m in _models({(m, "attacker"): None for m in files})]
+            lines += ["", f"## {title}", "", *table(ordered, game)]
+    return lines
 
 
 def openings_table(runs: dict[str, Path]) -> list[str]:
@@ -436,6 +460,7 @@ def main() -> None:
     for e in range(1, overlay.get("epochs", 3) + 1):
         lines += [f"Epoch {e}:", ""] + _tsv_as_markdown(out / f"outcomes_epoch{e}.tsv") + [""]
     lines += ["## Reasoning", ""] + _tsv_as_markdown(out / "reasoning.tsv") + [""]
+    lines += games_profiles(out, overlay.get("game", {}).get("name", "taboo")) + [""]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/README.md")
     write_learning(out, name)
