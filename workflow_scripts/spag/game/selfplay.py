@@ -106,11 +106,7 @@ def evaluation_specs(
         for role in game.roles:
             players = {r: POLICY if r == role else OPPONENT for r in game.roles}
             base = f"e{epoch}-eval-s{shard_index:03d}-{w}-{role}"
-            ids = (
-                [base]
-                if games_per_role == 1
-                else [f"{base}-{k}" for k in range(games_per_role)]
-            )
+            ids = [base] if games_per_role == 1 else [f"{base}-{k}" for k in range(games_per_role)]
             specs += [GameSpec(i, w, players, role) for i in ids]
     return specs
 
