@@ -50,6 +50,11 @@ def run_benchmarks():
         "eval_play",
         "eval_merge",
         "eval_games",
+        *(
+            ["eval_play_sampled", "eval_merge_sampled", "eval_games_sampled"]
+            if SAMPLED
+            else []
+        ),
     )
     per_model = {
         "eval_reasoning": REASONING_MODELS,
@@ -63,9 +68,23 @@ def run_benchmarks():
             else {}
         ),
         **({"eval_strategy": REASONING_MODELS} if SOLVED else {}),
+        **(
+            {
+                "eval_play_sampled_baseline": BASELINE_MODELS,
+                "eval_merge_sampled_baseline": BASELINE_MODELS,
+                "eval_games_sampled_baseline": BASELINE_MODELS,
+            }
+            if SAMPLED
+            else {}
+        ),
     }
     # Self-play and evaluation games are sharded apart.
-    eval_rules = ("eval_play", "eval_play_baseline")
+    eval_rules = (
+        "eval_play",
+        "eval_play_baseline",
+        "eval_play_sampled",
+        "eval_play_sampled_baseline",
+    )
     entries = {}
     for name in (*once, *per_epoch, *per_model):
         if not hasattr(rules, name):

@@ -188,6 +188,8 @@ def test_top_k_is_sent_when_sampling_unless_turned_off(endpoint):
     _generate(off, ["c"], greedy=False, top_k=50)
     sent = {r["prompt"]: r.get("top_k") for r in endpoint.requests}
     assert sent == {"a": 50, "b": None, "c": None}
+    # top_p goes as given, greedy requests too (temperature 0 is not argmax everywhere).
+    assert {r["prompt"]: r["top_p"] for r in endpoint.requests} == {"a": 0.9, "b": 0.9, "c": 0.9}
     with pytest.raises(SpagInputError, match="top_k=maybe"):
         parse_spec(endpoint.spec(top_k="maybe"))
 

@@ -190,6 +190,11 @@ def test_sampled_evaluation_games_beside_the_greedy_ones(workdir):
     for table in ("results/eval/sampled/base.tsv", "results/epoch1/eval/sampled/games.tsv"):
         assert table in summary[0]
     assert "results/eval/sampled/imitation.parquet" in summary[0]
+    # The runtime plot counts the sampled games' jobs too.
+    plots = res.stdout.split("rule plots:", 1)[1].split("\n\n", 1)[0]
+    for bench in ("epoch1/eval_sampled/shard_001.tsv", "eval/sampled_base/shard_000.tsv",
+                  "eval/games_sampled_imitation.tsv"):  # fmt: skip
+        assert f"results/benchmarks/{bench}" in plots, bench
 
 
 def test_the_loop_goes_before_the_evaluations(workdir):

@@ -262,7 +262,8 @@ class OpenAIBackend:
                     body[name] = value
             elif name in OPENAI_SAMPLING or value != unset[name]:
                 body[name] = value
-        body.update(seed=int(seed), n=1)
+        # top_p as given, greedy too: at temperature 0 a hosted API is not strictly argmax.
+        body.update(top_p=float(sampling.top_p), seed=int(seed), n=1)
         if self.spec.api == "chat":
             body["messages"] = [{"role": "user", "content": prompt}]
         else:
