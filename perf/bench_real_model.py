@@ -5,8 +5,13 @@ the workflow (goal: 60 minutes or less on a 2-core CPU), then ``snakemake all`` 
 summary tables and plots, and copies those under ``--results`` with a Markdown record
 (command, date, load, seconds per step, outcome and evaluation tables).
 
+With ``--control`` the control arm (``rewards.control: true``) then runs in a copy of
+that folder: it shares M0 and epoch 1's self-play games and redoes everything after
+them; ``spag compare-arms`` pairs the arms, and the control's tables and games go to
+``--results``/control/.
+
 Usage: python perf/bench_real_model.py [--config configs/smollm2-135m.yaml] [--seed S]
-           [--workdir DIR] [--results perf/results/smollm2/seedS]
+           [--workdir DIR] [--results perf/results/smollm2/seedS] [--control]
        python perf/bench_real_model.py --combine 42=DIR 43=DIR [--results DIR]
 """
 
@@ -17,6 +22,7 @@ import datetime
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -391,6 +397,11 @@ def main() -> None:
     ap.add_argument("--results", default=str(REPO / "perf" / "results" / "smollm2"))
     ap.add_argument("--seed", type=int, default=None, help="override the config's seed")
     ap.add_argument(
+        "--control",
+        action="store_true",
+        help="then run the control arm (rewards.control: true) in a copy of the run folder",
+    )
+    ap.add_argument(
         "--learning-only",
         action="store_true",
         help="only (re)write learning.md from the tables already copied to --results",
@@ -461,9 +472,42 @@ def main() -> None:
         lines += [f"Epoch {e}:", ""] + _tsv_as_markdown(out / f"outcomes_epoch{e}.tsv") + [""]
     lines += ["## Reasoning", ""] + _tsv_as_markdown(out / "reasoning.tsv") + [""]
     lines += games_profiles(out, overlay.get("game", {}).get("name", "taboo")) + [""]
+    if args.control:
+        lines += ["", *control_arm(wd, out, overlay.get("game", {}).get("name", "taboo"))]
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/README.md")
     write_learning(out, name)
+
+
+def control_arm(spag: Path, out: Path, game: str) -> list[str]:
+    """Run the control arm in a copy of the finished SPAG folder (``rewards.control:
+    true``; M0 and epoch 1's games are shared, the rest is redone), pair the arms with
+    ``spag compare-arms`` into ``out/arms.tsv`` and copy the control's tables and games
+    to ``out/control/``; Markdown lines saying how long it took."""
+    control = spag.with_name(spag.name + "-control")
+    if control.exists():
+        shutil.rmtree(control)
+    shutil.copytree(spag, control, symlinks=True)
+    shutil.rmtree(control / "checkpoints", ignore_errors=True)  # SPAG's, not to resume
+    load = os.getloadavg()[0]
+    secs, cpu, res = timed(control, "all", config={"rewards": {"control": True}}, timeout=3 * 3600)
+    jobs = sum(job_counts(res.stdout + res.stderr).values())
+    print(f"control arm: {secs / 60:.1f} min ({jobs} jobs) in {control}")
+    bindir = Path(sys.executable).parent
+    cmd = [str(bindir / "spag"), "compare-arms", "--spag", str(spag), "--control", str(control)]
+    subprocess.run([*cmd, "--game", game, "--output", str(out / "arms.tsv")], check=True)
+    (out / "control").mkdir(exist_ok=True)
+    for f in sorted((control / "results" / "summary").glob("*.tsv")):
+        shutil.copy(f, out / "control" / f.name)
+    copy_games(control, out / "control")
+    return [
+        "## Control arm",
+        "",
+        f"`rewards.control: true` in a copy of this run folder (load average at its start "
+        f"{load:.1f}): **{secs / 60:.1f} min wall** ({jobs} jobs, {cpu / 60:.1f} min CPU), "
+        "M0 and epoch 1's self-play games shared with SPAG. Its tables and games: "
+        "`control/`; SPAG minus control, model by model: `arms.tsv`.",
+    ]
 
 
 def write_learning(out: Path, config_name: str) -> None:

@@ -16,12 +16,16 @@ from spag.evaluation.arms import compare_arms
 from spag.game.taboo import TABOO
 
 
-def _arm(root, wins_as_attacker, hint_ranks, exploitability):
-    """A run folder whose M1 wins ``wins_as_attacker`` of 12 attacker games and whose
-    hints rank each secret ``hint_ranks[i]`` after its one attacker message."""
+def _arm(root, wins_as_attacker, hint_ranks, exploitability, sampled_wins=None):
+    """A run folder whose M1 wins ``wins_as_attacker`` of 12 attacker games (and, given
+    ``sampled_wins``, that many of 12 sampled ones) and whose hints rank each secret
+    ``hint_ranks[i]`` after its one attacker message."""
     results = root / "results"
     (results / "epoch1" / "eval").mkdir(parents=True)
     _episodes(results / "epoch1" / "eval" / "games.parquet", "epoch1", 1, wins_as_attacker)
+    if sampled_wins is not None:
+        (results / "epoch1" / "eval" / "sampled").mkdir()
+        _episodes(results / "epoch1/eval/sampled/games.parquet", "epoch1", 1, sampled_wins)
     (results / "eval" / "games").mkdir(parents=True)
     _episodes(results / "eval" / "games" / "imitation.parquet", "imitation", 0, 3)
     (results / "eval" / "hints").mkdir()
@@ -51,6 +55,17 @@ def test_arms_are_paired_metric_by_metric(tmp_path):
     exploit = rows[("exploitability", "all")]
     assert exploit["diff"] == pytest.approx(-0.1)
     assert exploit["lo"] != exploit["lo"]  # exact: no interval (NaN)
+    assert not any(metric.startswith("sampled_") for metric, _ in rows)  # none played
+
+
+def test_sampled_games_are_paired_beside_the_greedy_ones(tmp_path):
+    spag = _arm(tmp_path / "spag", 6, [2] * 12, 0.3, sampled_wins=9)
+    control = _arm(tmp_path / "control", 6, [2] * 12, 0.3, sampled_wins=3)
+    rows = {(r["metric"], r["group"]): r for r in compare_arms(spag, control, TABOO)}
+    assert rows[("win_rate", "attacker")]["diff"] == 0.0
+    sampled = rows[("sampled_win_rate", "attacker")]
+    assert (sampled["spag"], sampled["control"], sampled["pairs"]) == (0.75, 0.25, 12)
+    assert sampled["diff"] == pytest.approx(0.5) and sampled["p"] == pytest.approx(2 / 64)
 
 
 def test_the_command_writes_one_long_table(tmp_path):

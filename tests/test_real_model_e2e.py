@@ -28,6 +28,9 @@ OVERLAY["evaluation"]["reasoning"]["limit"] = 4
 # minutes with SmolLM2 on 2 cores. The tiny e2e run covers those rules; tests/test_hints.py
 # scores SmolLM2 as the listener.
 OVERLAY["evaluation"]["hints"] = {"listener": None}
+# Sampled evaluation games are the greedy games' rules with sampling: the tiny e2e run
+# and tests/test_play.py cover them.
+OVERLAY["evaluation"]["sampled_games_per_secret"] = 0
 
 
 def test_real_model_epoch_in_chat_format(tmp_path):

@@ -7,7 +7,9 @@ the same roles against the same opponent, so every per-game metric is paired:
 
 - evaluation games: win, rule break and decisive rates per role (and both), the
   difference's 95% bootstrap interval over secrets and the exact McNemar p-value
-  (:mod:`spag.evaluation.paired`);
+  (:mod:`spag.evaluation.paired`); the sampled games (config
+  ``evaluation.sampled_games_per_secret``) the same way, as ``sampled_<metric>_rate``,
+  game k of a secret and role paired with the other arm's game k;
 - graded hints (Taboo): mean reciprocal rank of the secret after the attacker's
   first, last and best message, per role, paired game by game;
 - the defender's inference (Taboo): the same, per dialogue source, paired dialogue
@@ -50,17 +52,24 @@ def arm_models(results: Path) -> list[str]:
     return sorted(found, key=lambda m: int(m.removeprefix("epoch")))
 
 
-def game_rows(model: str, spag: Path, control: Path, game: Game) -> list[dict[str, Any]]:
-    """Paired evaluation-game rates of one model (``results/<model>/eval/games.parquet``)."""
+def games_path(model: str, sampled: bool = False) -> Path:
+    """Where a model's evaluation games sit under ``results/``: M(e)'s in its epoch's
+    folder, the baselines' (base, M0) beside each other; sampled games in ``sampled/``."""
+    if model in ("base", "imitation"):
+        return Path("eval", "sampled" if sampled else "games", f"{model}.parquet")
+    return Path(model, "eval", *(("sampled",) if sampled else ()), "games.parquet")
+
+
+def game_rows(
+    model: str, spag: Path, control: Path, game: Game, sampled: bool = False
+) -> list[dict[str, Any]]:
+    """Paired evaluation-game rates of one model (its greedy games, or its ``sampled``
+    ones with metrics named ``sampled_<metric>_rate``)."""
     from spag.evaluation.games import judged_games
     from spag.evaluation.paired import METRICS, paired_rows
 
-    # M(e)'s games sit in its epoch's folder, the baselines' (base, M0) beside each other.
-    path = (
-        Path("eval", "games", f"{model}.parquet")
-        if model in ("base", "imitation")
-        else Path(model, "eval", "games.parquet")
-    )
+    path = games_path(model, sampled)
+    prefix = "sampled_" if sampled else ""
     mine, _ = judged_games(spag / path, game)
     theirs, _ = judged_games(control / path, game)
     paired = paired_rows(mine, theirs, names=(f"spag {model}", f"control {model}"), game=game)
@@ -76,7 +85,7 @@ def game_rows(model: str, spag: Path, control: Path, game: Game) -> list[dict[st
             rows.append(
                 _row(
                     model,
-                    f"{metric}_rate",
+                    f"{prefix}{metric}_rate",
                     group,
                     pairs=diffs["pairs"],
                     spag=rate[0],
@@ -196,6 +205,8 @@ def compare_arms(
     rows: list[dict[str, Any]] = []
     for model in models:
         rows += game_rows(model, *arms, game)
+        if all((arm / games_path(model, sampled=True)).is_file() for arm in arms):
+            rows += game_rows(model, *arms, game, sampled=True)
         for what, column, pair_by in (
             ("hints", "policy_role", ("word", "role")),
             ("inference", "source", ("source", "episode")),
