@@ -472,18 +472,26 @@ def main() -> None:
         lines += [f"Epoch {e}:", ""] + _tsv_as_markdown(out / f"outcomes_epoch{e}.tsv") + [""]
     lines += ["## Reasoning", ""] + _tsv_as_markdown(out / "reasoning.tsv") + [""]
     lines += games_profiles(out, overlay.get("game", {}).get("name", "taboo")) + [""]
+    control_secs = None
     if args.control:
-        lines += ["", *control_arm(wd, out, overlay.get("game", {}).get("name", "taboo"))]
+        game = overlay.get("game", {}).get("name", "taboo")
+        control_lines, control_secs = control_arm(wd, out, game)
+        lines += ["", *control_lines]
+    (out / "run.tsv").write_text(
+        "started\tload\tseed\tspag_wall_s\tcontrol_wall_s\n"
+        f"{started}\t{load:.2f}\t{overlay.get('seed')}\t{secs + secs_all:.0f}\t"
+        f"{'' if control_secs is None else f'{control_secs:.0f}'}\n"
+    )
     (out / "README.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {out}/README.md")
     write_learning(out, name)
 
 
-def control_arm(spag: Path, out: Path, game: str) -> list[str]:
+def control_arm(spag: Path, out: Path, game: str) -> tuple[list[str], float]:
     """Run the control arm in a copy of the finished SPAG folder (``rewards.control:
     true``; M0 and epoch 1's games are shared, the rest is redone), pair the arms with
     ``spag compare-arms`` into ``out/arms.tsv`` and copy the control's tables and games
-    to ``out/control/``; Markdown lines saying how long it took."""
+    to ``out/control/``; Markdown lines saying how long it took, and its wall seconds."""
     control = spag.with_name(spag.name + "-control")
     if control.exists():
         shutil.rmtree(control)
@@ -507,7 +515,7 @@ def control_arm(spag: Path, out: Path, game: str) -> list[str]:
         f"{load:.1f}): **{secs / 60:.1f} min wall** ({jobs} jobs, {cpu / 60:.1f} min CPU), "
         "M0 and epoch 1's self-play games shared with SPAG. Its tables and games: "
         "`control/`; SPAG minus control, model by model: `arms.tsv`.",
-    ]
+    ], secs
 
 
 def write_learning(out: Path, config_name: str) -> None:
