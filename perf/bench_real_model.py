@@ -410,7 +410,7 @@ def main() -> None:
         "--combine",
         nargs="+",
         metavar="SEED=DIR",
-        help="only write --results/README.md from finished seeds' result folders "
+        help="only write --results/seeds.md from finished seeds' result folders "
         "(each seed side by side, and what every seed agrees on)",
     )
     args = ap.parse_args()
@@ -541,7 +541,7 @@ def write_learning(out: Path, config_name: str) -> None:
 
 
 def write_seeds(out: Path, runs: dict[str, Path]) -> None:
-    """README.md of several seeds' runs: each seed's rates and paired differences from
+    """seeds.md of several seeds' runs: each seed's rates and paired differences from
     its own M0 side by side, and the effects every seed agrees on."""
     seeds = " ".join(f"{s}={d}" for s, d in runs.items())
     lines = [
@@ -572,8 +572,8 @@ def write_seeds(out: Path, runs: dict[str, Path]) -> None:
         *compact_table(runs),
     ]
     out.mkdir(parents=True, exist_ok=True)
-    (out / "README.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}/README.md")
+    (out / "seeds.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}/seeds.md")
 
 
 if __name__ == "__main__":
