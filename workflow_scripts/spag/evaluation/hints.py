@@ -96,37 +96,48 @@ class Listener:
         import torch
 
         pairs = self.renderer.encode_pairs([prompt] * len(continuations), list(continuations))
-        prompt_ids = self.renderer.lead + pairs[0][0]
         conts = [t[:-1] for _, t in pairs]  # the guess, without the reply's end token
-        width = max(len(c) for c in conts)
+        # The guesses share their opening ("I know the word! It is"): it goes through the
+        # model once with the prompt, and each guess feeds only its own tokens (at least
+        # one) on the cached keys/values. The logits of the prompt's positions before
+        # the shared part are not computed.
+        shared = 0
+        while shared < min(len(c) for c in conts) - 1 and len({c[shared] for c in conts}) == 1:
+            shared += 1
+        head = self.renderer.lead + pairs[0][0] + conts[0][:shared]
+        tails = [c[shared:] for c in conts]
+        width = max(len(t) for t in tails)
         pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(conts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(conts), len(prompt_ids) + width), dtype=torch.long)
-        mask[:, : len(prompt_ids)] = 1
-        for i, c in enumerate(conts):
-            ids[i, : len(c)] = torch.tensor(c)
-            mask[i, len(prompt_ids) : len(prompt_ids) + len(c)] = 1
+        ids = torch.full((len(tails), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(tails), len(head) + width), dtype=torch.long)
+        mask[:, : len(head)] = 1
+        for i, t in enumerate(tails):
+            ids[i, : len(t)] = torch.tensor(t)
+            mask[i, len(head) : len(head) + len(t)] = 1
         with torch.inference_mode():
             out = self.model(
-                input_ids=torch.tensor([prompt_ids], device=self.device), use_cache=True
+                input_ids=torch.tensor([head], device=self.device),
+                use_cache=True,
+                logits_to_keep=shared + 1,
             )
             cache = out.past_key_values
-            cache.batch_repeat_interleave(len(conts))
+            cache.batch_repeat_interleave(len(tails))
             rest = self.model(
                 input_ids=ids.to(self.device),
                 attention_mask=mask.to(self.device),
                 past_key_values=cache,
                 use_cache=False,
             ).logits.float()
-            # Token j of a guess is predicted by the prompt's last logit (j = 0) or by
-            # the guess's token j - 1.
-            first = torch.log_softmax(out.logits[0, -1].float(), -1)
+            # Kept logits: position j predicts shared token j (j < shared) and the last
+            # one a guess's first own token; own token j > 0 by the guess's token j - 1.
+            kept = torch.log_softmax(out.logits[0].float(), -1)
             rest = torch.log_softmax(rest, -1)
+        common = sum(float(kept[j, conts[0][j]]) for j in range(shared))
         scores = []
-        for i, c in enumerate(conts):
-            total = float(first[c[0]])
-            for j in range(1, len(c)):
-                total += float(rest[i, j - 1, c[j]])
+        for i, t in enumerate(tails):
+            total = common + float(kept[shared, t[0]])
+            for j in range(1, len(t)):
+                total += float(rest[i, j - 1, t[j]])
             scores.append(total)
         return scores
 
