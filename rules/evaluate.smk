@@ -289,7 +289,7 @@ rule eval_inference:
         **job_resources("evaluate"),
     params:
         threads=threads_arg,
-        sources="demonstrations m0_games",
+        sources=" ".join(config["evaluation"]["hints"]["inference_sources"]),
         args=cli_flags(
             k=config["evaluation"]["hints"]["k"],
             seed=config["seed"],

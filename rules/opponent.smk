@@ -58,6 +58,11 @@ def hints_listener(wildcards):
 
 
 def inference_dialogues(wildcards):
-    """The fixed dialogues every model reads as the defender: the demonstrations (M0's
-    imitation input; instruction data is skipped) and M0's evaluation games."""
-    return [imitation_input(wildcards), BASELINE_GAMES.format(model="imitation")]
+    """The fixed dialogues every model reads as the defender, by
+    evaluation.hints.inference_sources: the demonstrations (M0's imitation input;
+    instruction data is skipped) and M0's evaluation games."""
+    files = {
+        "demonstrations": imitation_input(wildcards),
+        "m0_games": BASELINE_GAMES.format(model="imitation"),
+    }
+    return [files[s] for s in config["evaluation"]["hints"]["inference_sources"]]

@@ -197,6 +197,27 @@ def test_sampled_evaluation_games_beside_the_greedy_ones(workdir):
         assert f"results/benchmarks/{bench}" in plots, bench
 
 
+def test_the_defenders_inference_reads_the_configured_dialogues(workdir):
+    """Every model reads the demonstrations and M0's evaluation games as the defender;
+    evaluation.hints.inference_sources keeps one of them."""
+    for sources, files in (
+        (None, ["data/demo_games.json", "results/eval/games/imitation.parquet"]),
+        (["m0_games"], ["results/eval/games/imitation.parquet"]),
+    ):
+        extra = {"evaluation": {"hints": {"inference_sources": sources}}} if sources else {}
+        res = snakemake(workdir, "spag_epoch1", "-n", "-p", config={"epochs": 1, **extra})
+        assert res.returncode == 0, res.stderr
+        lines = _shell_lines(res.stdout, "exec spag score-hints --listener results/")
+        lines = [ln for ln in lines if "results/eval/inference/" in ln]
+        assert len(lines) == 3  # base, M0, M1
+        for line in lines:
+            words = line.split()
+            at = words.index("--episodes") + 1
+            assert words[at : at + len(files)] == files and words[at + len(files)] == "--sources"
+            named = words[words.index("--sources") + 1 : words.index("--sources") + 1 + len(files)]
+            assert named == (sources or ["demonstrations", "m0_games"]), line
+
+
 def test_the_loop_goes_before_the_evaluations(workdir):
     """Jobs on the way to the next model are scheduled before evaluation jobs that wait
     for the same cores: evaluations are leaves of the plan."""
@@ -245,6 +266,10 @@ def test_report_tables_and_plots_take_every_model(workdir):
         ({"resources": {"selfplay": {"slurm_extra": "--qos=high"}}}, "resources.selfplay.qos"),
         # more words than the source gives (spag.config.check_word_source)
         ({"words": {"num_train": 30000}}, "'words.num_train' + 'words.num_test'"),
+        (
+            {"evaluation": {"hints": {"inference_sources": ["m1_games"]}}},
+            "evaluation.hints.inference_sources",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_job_naming_the_key(workdir, bad, key):

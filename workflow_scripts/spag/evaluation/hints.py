@@ -28,6 +28,8 @@ from spag.generation.base import derive_seed
 from spag.settings import opt, section
 
 DEFAULT_K = 20
+# The defender's inference reads these fixed dialogues: the same clues for every model.
+INFERENCE_SOURCES = ("demonstrations", "m0_games")
 
 
 @section("evaluation", "hints")
@@ -42,6 +44,11 @@ class HintsSettings:
         None,
         f"distractors: held-out words the secret is ranked among; None: {DEFAULT_K}, "
         "or every other held-out word where there are fewer",
+    )
+    inference_sources: tuple[str, ...] = opt(
+        INFERENCE_SOURCES,
+        "the fixed dialogues every model reads as the defender: the shipped "
+        "demonstrations and M0's evaluation games",
     )
 
 
