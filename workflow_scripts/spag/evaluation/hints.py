@@ -8,8 +8,9 @@ message, as the defender's play prompt shows it, and scores the game's correct g
 held-out words, drawn per game from the seed); the secret's rank among the K + 1 is
 1 when the listener would name it first. A scoring pass: nothing is generated.
 
-The prompt is scored once and its keys/values reused for the K + 1 guesses, so the
-cost is about one forward pass over the prompt per attacker message.
+The prompt and the guesses' shared opening are scored once and their keys/values
+reused for the K + 1 guesses' own tokens, so the cost is about one forward pass over
+the prompt per attacker message.
 """
 
 from __future__ import annotations
