@@ -49,7 +49,8 @@ def label(model: str) -> str:
 
 
 def _order(model: str) -> int:
-    return {"base": -1, "imitation": 0}.get(model) or int(model.removeprefix("epoch"))
+    order = {"base": -1, "imitation": 0}
+    return order[model] if model in order else int(model.removeprefix("epoch"))
 
 
 # A comparison: (kind, model, metric, group) -> (diff, lo, hi, p); p is NaN where the
@@ -204,9 +205,9 @@ def timing(runs: dict[str, Path]) -> list[str]:
            "|---|---|---|---|---|"]  # fmt: skip
     for s, d in runs.items():
         for r in _rows(d / "run.tsv"):
-            spag, control = _f(r["spag_wall_s"]) / 60, _f(r["control_wall_s"]) / 60
-            out.append(f"| {s} | {r['started']} | {r['load']} | {spag:.1f} min | "
-                       f"{control:.1f} min |")  # fmt: skip
+            spag, control = (_f(r[k]) / 60 for k in ("spag_wall_s", "control_wall_s"))
+            cells = ["not run" if math.isnan(m) else f"{m:.1f} min" for m in (spag, control)]
+            out.append(f"| {s} | {r['started']} | {r['load']} | " + " | ".join(cells) + " |")
     return out
 
 
