@@ -19,7 +19,6 @@ p < 0.05); otherwise it is *not resolved*. Two kinds of comparison:
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "perf"))
 
+import bench_real_model as bench  # noqa: E402
 from episode_profile import table as profile_table  # noqa: E402
 
 ROLES = ("attacker", "defender", "all")
@@ -34,18 +34,12 @@ GAME_METRICS = {"win": "wins", "decisive": "decisive", "broke_rules": "broke rul
 
 
 def _rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
+    """A summary table's rows; none where the run did not write it (no control arm yet)."""
+    return bench._rows(path) if path.is_file() else []
 
 
 def _f(value: str | None) -> float:
     return float(value) if value not in (None, "") else math.nan
-
-
-def label(model: str) -> str:
-    return {"base": "base", "imitation": "M0"}.get(model, f"M{model.removeprefix('epoch')}")
 
 
 def _order(model: str) -> int:
@@ -141,7 +135,7 @@ def claims(runs: dict[str, Path]) -> tuple[list[str], list[str]]:
     for k in keys:
         ds = [per_seed[s].get(k) for s in runs]
         v = verdict(ds)
-        row = f"| {k[0]} | {label(k[1])} | {k[2]} | {k[3]} | " + " | ".join(map(cell, ds))
+        row = f"| {k[0]} | {bench._label(k[1])} | {k[2]} | {k[3]} | " + " | ".join(map(cell, ds))
         full.append(f"{row} | {v} |")
         if v != "not resolved":
             held.append(f"{row} | {v} |")
@@ -171,30 +165,33 @@ def levels(runs: dict[str, Path]) -> list[str]:
     ]
     arms = {(s, a): d if a == "SPAG" else d / "control" for s, d in runs.items()
             for a in ("SPAG", "control")}  # fmt: skip
-    models = sorted({r["model"] for d in arms.values() for r in _rows(d / "eval_games.tsv")},
-                    key=_order)  # fmt: skip
+    tables = {}
+    for key, d in arms.items():
+        by = {
+            name: {(r["model"], r[col]): r for r in _rows(d / f"{name}.tsv")}
+            for name, col in (("eval_games", "role"), ("eval_sampled", "role"),
+                              ("hints", "role"), ("inference", "source"))
+        }  # fmt: skip
+        by["reasoning"] = {r["model"]: r for r in _rows(d / "reasoning.tsv")
+                           if r.get("task") != "geometric_mean"}  # fmt: skip
+        tables[key] = by
+    models = sorted({m for t in tables.values() for m, _ in t["eval_games"]}, key=_order)
     for m in models:
-        for (s, arm), d in arms.items():
-            games = {(r["model"], r["role"]): r for r in _rows(d / "eval_games.tsv")}
+        for (s, arm), t in tables.items():
+            games, sampled = t["eval_games"], t["eval_sampled"]
             if (m, "attacker") not in games or (arm == "control" and m in ("base", "imitation")):
                 continue
-            sampled = {(r["model"], r["role"]): r for r in _rows(d / "eval_sampled.tsv")}
-            hints = {(r["model"], r["role"]): r for r in _rows(d / "hints.tsv")}
-            inference = {(r["model"], r["source"]): r for r in _rows(d / "inference.tsv")}
-            reasoning = {r["model"]: r for r in _rows(d / "reasoning.tsv")
-                         if r.get("task") != "geometric_mean"}  # fmt: skip
-            h, i, q = hints.get((m, "attacker")), inference.get((m, "all")), reasoning.get(m)
             cells = [
                 _rate(games.get((m, "attacker")), "wins"),
                 _rate(games.get((m, "defender")), "wins"),
                 _rate(sampled.get((m, "attacker")), "wins"),
                 _rate(sampled.get((m, "defender")), "wins"),
                 _rate(games.get((m, "attacker")), "broke_rules"),
-                _mrr(h),
-                _mrr(i),
-                f"{_f(q['score']):.3f} ± {1.96 * _f(q['stderr']):.3f}" if q else "-",
+                _mrr(t["hints"].get((m, "attacker"))),
+                _mrr(t["inference"].get((m, "all"))),
+                bench.reasoning_cell(t["reasoning"].get(m)),
             ]
-            out.append(f"| {label(m)} | {s} | {arm} | " + " | ".join(cells) + " |")
+            out.append(f"| {bench._label(m)} | {s} | {arm} | " + " | ".join(cells) + " |")
     return out
 
 
