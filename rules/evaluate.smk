@@ -301,7 +301,7 @@ rule eval_inference:
         ),
     shell:
         "exec spag score-hints --listener {input.listener:q}"
-        " --episodes {input.dialogues:q} --sources {params.sources}"
+        " --episodes {input.dialogues:q} --sources {params.sources} --unique-dialogues"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --threads {params.threads} {params.args} > {log:q} 2>&1"
 

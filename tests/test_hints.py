@@ -17,6 +17,7 @@ from spag.evaluation.hints import (
     hint_ranks,
     paired_difference,
     summarize_hints,
+    unique_dialogues,
 )
 from spag.game.taboo import TABOO, is_correct_prediction
 
@@ -112,6 +113,9 @@ def test_summary_first_last_best_and_pairing():
     assert att["mrr_best"] == pytest.approx((1 + 1 / 2) / 2)
     assert att["top1_best"] == pytest.approx(0.5) and att["top1_first"] == 0.0
     assert att["mrr_best_lo"] < att["mrr_best"] < att["mrr_best_hi"]
+    # The top-1 rate's interval is Wilson's: inside [0, 1] even at 0 of 2.
+    assert att["top1_first_lo"] == 0.0 and 0.0 < att["top1_first_hi"] < 1.0
+    assert 0.0 < att["top1_best_lo"] < 0.5 < att["top1_best_hi"] < 1.0
     reference = _table([("x", "apple", "attacker", 1, 2), ("y", "river", "attacker", 1, 2)])
     diff = paired_difference(table, reference)
     assert diff["pairs"] == 2
@@ -126,6 +130,19 @@ def test_summary_first_last_best_and_pairing():
     assert by_source["demonstrations"]["mrr_first"] == pytest.approx((1 + 1 / 3) / 2)
     diff = paired_difference(same, ref, ("source", "episode"))
     assert diff["pairs"] == 2 and diff["mrr_best_diff"] == pytest.approx(0.25)
+
+
+def test_unique_dialogues_reads_a_repeated_dialogue_once():
+    # M0 against M0: its attacker game and its defender game on a word are one dialogue.
+    said = [{"role": "attacker", "content": "A fruit."}, {"role": "defender", "content": "Pear?"}]
+    other = [{"role": "attacker", "content": "Red and round."}]
+    episodes = [
+        {"episode_id": "a", "target_word": "apple", "history": said, "policy_role": "attacker"},
+        {"episode_id": "d", "target_word": "apple", "history": said, "policy_role": "defender"},
+        {"episode_id": "o", "target_word": "apple", "history": other, "policy_role": "attacker"},
+        {"episode_id": "r", "target_word": "river", "history": said, "policy_role": "attacker"},
+    ]
+    assert [ep["episode_id"] for ep in unique_dialogues(episodes)] == ["a", "o", "r"]
 
 
 # Ten words, each with a dialogue of synonyms / close clues and one of unrelated words.

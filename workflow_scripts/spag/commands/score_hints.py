@@ -26,6 +26,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a name per --episodes file (default: eval)",
     )
+    p.add_argument(
+        "--unique-dialogues",
+        action="store_true",
+        help="read each dialogue (secret and messages) once per source: against M0 as the"
+        " opponent, M0's attacker and defender games are the same dialogues",
+    )
     p.add_argument("--words", required=True, help="held-out words: the distractors' pool")
     p.add_argument("--output", required=True, help="hint ranks Parquet to write")
     p.add_argument("--k", type=int, required=True, help="distractors per game")
@@ -46,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from spag.data.tables import write_parquet
     from spag.data.words import read_word_list
     from spag.errors import SpagInputError
-    from spag.evaluation.hints import Listener, hint_ranks, summarize_hints
+    from spag.evaluation.hints import Listener, hint_ranks, summarize_hints, unique_dialogues
     from spag.game.base import load_game
     from spag.ops.device import select_device
 
@@ -68,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
         if games is None:  # instruction data as the demonstrations: no dialogue to read
             logging.getLogger("spag.score_hints").warning("%s: no games, skipped", path)
             continue
-        dialogues.append((source, games.to_pylist()))
+        episodes = games.to_pylist()
+        dialogues.append(
+            (source, unique_dialogues(episodes) if args.unique_dialogues else episodes)
+        )
     if not dialogues:
         raise SpagInputError(f"no games in {', '.join(args.episodes)}")
     words = read_word_list(args.words)

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from spag.errors import SpagInputError
+from spag.evaluation.games import wilson_interval
 from spag.generation.base import derive_seed
 from spag.settings import opt, section
 
@@ -194,6 +195,19 @@ def hint_ranks(
     return pa.table(rows, schema=HINT_SCHEMA)
 
 
+def unique_dialogues(episodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The episodes with each dialogue (secret and messages) kept once, in order: a
+    dialogue read twice would count twice in the means and narrow their intervals."""
+    seen: set = set()
+    out = []
+    for ep in episodes:
+        key = (ep["target_word"], tuple((m["role"], m["content"]) for m in ep["history"]))
+        if key not in seen:
+            seen.add(key)
+            out.append(ep)
+    return out
+
+
 def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     """Mean and its 95% normal interval (the t quantile would differ below 30 games)."""
     n = len(values)
@@ -234,9 +248,13 @@ def summarize_hints(table: pa.Table, model: str, by: str = "role") -> list[dict[
         sel = [g for g in games.values() if group in ("all", g[by])]
         row: dict[str, Any] = {"model": model, by: group, "games": len(sel)}
         for when in ("first", "last", "best"):
-            for name, value in (("mrr", lambda r: 1.0 / r), ("top1", lambda r: float(r == 1))):
-                m, lo, hi = _mean_interval([value(g[when]) for g in sel])
-                row.update({f"{name}_{when}": m, f"{name}_{when}_lo": lo, f"{name}_{when}_hi": hi})
+            m, lo, hi = _mean_interval([1.0 / g[when] for g in sel])
+            row.update({f"mrr_{when}": m, f"mrr_{when}_lo": lo, f"mrr_{when}_hi": hi})
+            # A rate: Wilson's interval, as the win rates (a normal one leaves [0, 1]).
+            hits = sum(g[when] == 1 for g in sel)
+            lo, hi = wilson_interval(hits, len(sel))
+            rate = hits / len(sel) if sel else math.nan
+            row.update({f"top1_{when}": rate, f"top1_{when}_lo": lo, f"top1_{when}_hi": hi})
         out.append(row)
     return out
 
