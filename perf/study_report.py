@@ -118,7 +118,8 @@ def cell(d: Diff | None) -> str:
     if d is None or math.isnan(d[0]):
         return "-"
     x, lo, hi, p = d
-    text = f"{x:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    # one pair (a single word or dialogue) has no interval
+    text = f"{x:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if not math.isnan(lo) else " (one pair)")
     return text + (f", p={p:.2g}" if not math.isnan(p) else "")
 
 
@@ -152,7 +153,10 @@ def _rate(r: dict | None, column: str) -> str:
 def _mrr(r: dict | None) -> str:
     if r is None:
         return "-"
-    return f"{_f(r['mrr_best']):.3f} [{_f(r['mrr_best_lo']):.3f}, {_f(r['mrr_best_hi']):.3f}]"
+    m, lo, hi = (_f(r[f"mrr_best{s}"]) for s in ("", "_lo", "_hi"))
+    if math.isnan(m):
+        return "none to grade"
+    return f"{m:.3f} [{lo:.3f}, {hi:.3f}]" if not math.isnan(lo) else f"{m:.3f} (one game)"
 
 
 def levels(runs: dict[str, Path]) -> list[str]:

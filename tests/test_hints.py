@@ -113,6 +113,13 @@ def test_summary_first_last_best_and_pairing():
     assert att["mrr_best"] == pytest.approx((1 + 1 / 2) / 2)
     assert att["top1_best"] == pytest.approx(0.5) and att["top1_first"] == 0.0
     assert att["mrr_best_lo"] < att["mrr_best"] < att["mrr_best_hi"]
+    # A percentile bootstrap over words stays inside the reciprocal ranks' range; the
+    # normal interval of these three games, 0.37 +- 0.63, went below 0.
+    low = _table([("a", "apple", "attacker", 1, 1), ("b", "river", "attacker", 1, 20),
+                  ("c", "stone", "attacker", 1, 21)])  # fmt: skip
+    row = summarize_hints(low, "m")[0]
+    assert 1 / 21 <= row["mrr_first_lo"] < row["mrr_first"] < row["mrr_first_hi"] <= 1
+    assert math.isnan(summarize_hints(low.slice(0, 1), "m")[0]["mrr_first_lo"])
     # The top-1 rate's interval is Wilson's: inside [0, 1] even at 0 of 2.
     assert att["top1_first_lo"] == 0.0 and 0.0 < att["top1_first_hi"] < 1.0
     assert 0.0 < att["top1_best_lo"] < 0.5 < att["top1_best_hi"] < 1.0

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from spag.errors import SpagInputError
 from spag.evaluation.games import wilson_interval
+from spag.evaluation.paired import RESAMPLES, SEED
 from spag.generation.base import derive_seed
 from spag.settings import opt, section
 
@@ -208,17 +209,34 @@ def unique_dialogues(episodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def _mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
-    """Mean and its 95% normal interval (the t quantile would differ below 30 games)."""
-    n = len(values)
+def _bootstrap_mean(
+    clusters: Sequence[Sequence[float]], seed: int = SEED, resamples: int = RESAMPLES
+) -> tuple[float, float, float]:
+    """Mean of every value and its 95% percentile bootstrap interval, resampling whole
+    clusters (a word's games, or a dialogue), seeded. A percentile interval stays inside
+    the values' range, as a reciprocal rank does (a normal one fell below 0 at a few
+    games). Under two clusters the interval is unknown (nan)."""
+    import numpy as np
+
+    n = sum(len(c) for c in clusters)
     if n == 0:
         return math.nan, math.nan, math.nan
-    mean = sum(values) / n
-    if n == 1:
+    mean = sum(map(sum, clusters)) / n
+    if len(clusters) < 2:
         return mean, math.nan, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = 1.96 * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    sums = np.array([sum(c) for c in clusters])
+    sizes = np.array([len(c) for c in clusters])
+    draws = np.random.default_rng(seed).integers(0, len(clusters), (resamples, len(clusters)))
+    lo, hi = np.percentile(sums[draws].sum(axis=1) / sizes[draws].sum(axis=1), [2.5, 97.5])
+    return mean, float(lo), float(hi)
+
+
+def _clusters(items: Sequence[tuple[Any, float]]) -> list[list[float]]:
+    """Values grouped by their cluster key, in first-seen order."""
+    out: dict[Any, list[float]] = {}
+    for key, value in items:
+        out.setdefault(key, []).append(value)
+    return list(out.values())
 
 
 def per_game(table: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
@@ -247,8 +265,9 @@ def summarize_hints(table: pa.Table, model: str, by: str = "role") -> list[dict[
     for group in [*groups, "all"]:
         sel = [g for g in games.values() if group in ("all", g[by])]
         row: dict[str, Any] = {"model": model, by: group, "games": len(sel)}
+        unit = (lambda g: g["word"]) if by == "role" else (lambda g: (g["source"], g["episode"]))
         for when in ("first", "last", "best"):
-            m, lo, hi = _mean_interval([1.0 / g[when] for g in sel])
+            m, lo, hi = _bootstrap_mean(_clusters([(unit(g), 1.0 / g[when]) for g in sel]))
             row.update({f"mrr_{when}": m, f"mrr_{when}_lo": lo, f"mrr_{when}_hi": hi})
             # A rate: Wilson's interval, as the win rates (a normal one leaves [0, 1]).
             hits = sum(g[when] == 1 for g in sel)
@@ -263,29 +282,27 @@ def paired_difference(
     table: pa.Table,
     reference: pa.Table,
     pair_by: tuple[str, ...] = ("word", "role"),
-    seed: int = 0,
-    resamples: int = 2000,
     when: str = "best",
 ) -> dict[str, float]:
     """The mean difference in reciprocal rank after the attacker's ``when`` message
     (first, last, best), game by game on the same words and roles (or the same
-    dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval and
-    each side's mean over the pairs (``mean``, ``reference_mean``)."""
+    dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval
+    (resampling the first key: a word's games move together) and each side's mean over
+    the pairs (``mean``, ``reference_mean``)."""
     a, b = per_game(table), per_game(reference)
     key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
     ref = {key(g): 1.0 / g[when] for g in b.values()}
-    pairs = [(1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
-    diffs = [x - y for x, y in pairs]
-    if not diffs:
+    pairs = [(key(g), 1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
+    if not pairs:
         return {"pairs": 0, f"mrr_{when}_diff": math.nan, "lo": math.nan, "hi": math.nan,
                 "mean": math.nan, "reference_mean": math.nan}  # fmt: skip
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(diffs) for _ in diffs) / len(diffs) for _ in range(resamples))
+    unit = (lambda k: k[0]) if pair_by[0] != "source" else (lambda k: k)  # noqa: E731
+    diff, lo, hi = _bootstrap_mean(_clusters([(unit(k), x - y) for k, x, y in pairs]))
     return {
-        "pairs": len(diffs),
-        "mean": sum(x for x, _ in pairs) / len(pairs),
-        "reference_mean": sum(y for _, y in pairs) / len(pairs),
-        f"mrr_{when}_diff": sum(diffs) / len(diffs),
-        "lo": means[int(0.025 * resamples)],
-        "hi": means[int(0.975 * resamples) - 1],
+        "pairs": len(pairs),
+        "mean": sum(x for _, x, _ in pairs) / len(pairs),
+        "reference_mean": sum(y for _, _, y in pairs) / len(pairs),
+        f"mrr_{when}_diff": diff,
+        "lo": lo,
+        "hi": hi,
     }
