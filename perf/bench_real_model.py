@@ -283,8 +283,13 @@ def rates_by_seed(runs: dict[str, Path]) -> list[str]:
 def copy_games(workdir: Path, out: Path) -> None:
     """Every model's evaluation games (a few tens of KB each) into ``out/games/`` (sampled
     ones into ``out/games/sampled/``) and each epoch's self-play episodes into
-    ``out/selfplay/``, so the messages behind the tables can be read."""
+    ``out/selfplay/``, so the messages behind the tables can be read; the graded hints'
+    and the inference's ranks into ``out/ranks/``, so their summaries recompute."""
     results = workdir / "results"
+    for kind in ("hints", "inference"):
+        for f in sorted((results / "eval" / kind).glob("*.parquet")):
+            (out / "ranks" / kind).mkdir(parents=True, exist_ok=True)
+            shutil.copy(f, out / "ranks" / kind / f.name)
     for kind, sub in (("games", "games"), ("sampled", "games/sampled")):
         (out / sub).mkdir(parents=True, exist_ok=True)
         for f in sorted((results / "eval" / kind).glob("*.parquet")):
