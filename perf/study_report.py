@@ -12,7 +12,8 @@ p < 0.05); otherwise it is *not resolved*. Two kinds of comparison:
 
 - ``M(e) - M0``: the SPAG arm's model against its own seed's M0 on the same held-out
   words and roles (the paired columns of ``eval_games.tsv``, ``eval_sampled.tsv``,
-  ``hints.tsv``, ``inference.tsv``);
+  ``hints.tsv``, ``inference.tsv``) and on the same reasoning items
+  (``reasoning.tsv``);
 - ``SPAG - control``: M(e) of both arms (``arms.tsv`` of ``spag compare-arms``).
 """
 
@@ -73,6 +74,10 @@ def against_m0(folder: Path) -> dict[Key, Diff]:
                 continue
             d = (_f(r["paired_mrr_best_diff"]), _f(r["paired_lo"]), _f(r["paired_hi"]), math.nan)
             out["M(e) - M0", r["model"], name, r[column]] = d
+    for r in _rows(folder / "reasoning.tsv"):
+        if r["model"] != "imitation" and _f(r.get("paired_pairs")) > 0:
+            d = tuple(_f(r[f"paired_{k}"]) for k in ("diff", "lo", "hi", "p"))
+            out["M(e) - M0", r["model"], f"reasoning {r['task']}", "all"] = d
     return out
 
 
@@ -85,11 +90,12 @@ ARM_METRICS = {
 
 
 def spag_minus_control(folder: Path) -> dict[Key, Diff]:
-    """SPAG minus control, model by model (``arms.tsv``); reasoning has no interval and
-    is left to the levels table."""
+    """SPAG minus control, model by model (``arms.tsv``)."""
     out: dict[Key, Diff] = {}
     for r in _rows(folder / "arms.tsv"):
         name = ARM_METRICS.get(r["metric"])
+        if r["metric"].startswith("reasoning_") and not math.isnan(_f(r.get("lo"))):
+            name = f"reasoning {r['metric'].removeprefix('reasoning_')}"
         if name is not None:
             d = (_f(r["diff"]), _f(r["lo"]), _f(r["hi"]), _f(r["p"]))
             out["SPAG - control", r["model"], name, r["group"]] = d

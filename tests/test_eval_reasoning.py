@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from spag.cli import main
-from spag.evaluation.reasoning import geometric_mean, primary_metric, split_metrics, task_scores
+from spag.evaluation.reasoning import (
+    geometric_mean,
+    item_scores,
+    paired_scores,
+    primary_metric,
+    split_metrics,
+    task_scores,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "data" / "lm_eval_tasks"
@@ -67,7 +74,50 @@ def test_eval_reasoning_runs_lm_eval(tiny_model_dir, tmp_path, monkeypatch):
         assert metrics[key] * 4 == pytest.approx(round(metrics[key] * 4))
     assert metrics["acc_stderr"] >= 0 and metrics["acc_norm_stderr"] >= 0
     assert metrics["metric"] == "acc" and metrics["score"] == metrics["acc"]
+    # Each item's score is kept, so that two models are compared item by item.
+    items = record["items"][TASK]
+    assert items["metric"] == "acc" and items["doc_ids"] == [0, 1, 2, 3]
+    assert set(items["scores"]) <= {0.0, 1.0}
+    assert sum(items["scores"]) / 4 == pytest.approx(metrics["acc"])
+    same = paired_scores(record, record, TASK)
+    assert same["pairs"] == 4 and same["diff"] == 0.0 and same["p"] == 1.0
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_items_keep_the_unfiltered_headline_metric():
+    logged = [
+        {"doc_id": 1, "filter": "strict", "exact_match": 0.0},
+        {"doc_id": 1, "filter": "none", "exact_match": 1.0},
+        {"doc_id": 0, "filter": "none", "exact_match": 0.0},
+    ]
+    items = item_scores({"t": logged}, {"t": {"metric": "exact_match"}})
+    assert items == {"t": {"metric": "exact_match", "doc_ids": [0, 1], "scores": [0.0, 1.0]}}
+
+
+def _record(items: dict[str, list[float]], subtasks: dict | None = None) -> dict:
+    return {
+        "items": {t: {"metric": "acc", "doc_ids": list(range(len(v))), "scores": v}
+                  for t, v in items.items()},
+        "subtasks": subtasks or {},
+    }  # fmt: skip
+
+
+def test_paired_scores_item_by_item():
+    # 20 items: the model is right on 8 items the reference gets wrong, wrong on none
+    # it gets right: +0.4, McNemar p = 2 / 2**8, interval inside [0, 1] above zero.
+    mine = _record({"t": [1.0] * 8 + [0.0] * 4 + [1.0] * 8})
+    ref = _record({"t": [0.0] * 12 + [1.0] * 8})
+    d = paired_scores(mine, ref, "t")
+    assert d["pairs"] == 20 and d["diff"] == pytest.approx(0.4)
+    assert d["p"] == pytest.approx(2 / 2**8)
+    assert 0 < d["lo"] < 0.4 < d["hi"] < 1
+    # A group pairs its subtasks' items; a metric that is not 0/1 has no McNemar p.
+    group = paired_scores(_record({"a": [1.0, 0.0], "b": [0.5]}, {"g": ["a", "b"]}),
+                          _record({"a": [0.0, 0.0], "b": [0.25]}, {"g": ["a", "b"]}), "g")  # fmt: skip
+    assert group["pairs"] == 3 and group["diff"] == pytest.approx((1 + 0 + 0.25) / 3)
+    assert math.isnan(group["p"])
+    # A record without items (written before they were kept): nothing to pair.
+    assert paired_scores({"tasks": {}}, ref, "t")["pairs"] == 0
 
 
 def test_unknown_task_is_a_clear_error(tiny_model_dir, tmp_path, capsys):

@@ -134,6 +134,9 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     }
     wins = next(r for r in rows if r["metric"] == "win_rate" and r["group"] == "all")
     assert int(wins["pairs"]) == 2 * TINY_OVERLAY["words"]["num_test"]
+    # Reasoning is paired item by item too: an interval around the difference.
+    (reasoning,) = [r for r in rows if r["metric"].startswith("reasoning_")]
+    assert float(reasoning["lo"]) <= float(reasoning["diff"]) <= float(reasoning["hi"])
 
 
 def _planned_outputs(dry_run_stdout: str) -> str:

@@ -17,8 +17,8 @@ the same roles against the same opponent, so every per-game metric is paired:
 - the exact strategy read-out (Kuhn Poker): exploitability, chips per hand against
   the random and the equilibrium player, mass outside the legal moves. These are
   exact for each model: no sampling, so no interval;
-- reasoning tasks: the headline score of each arm. The reasoning record keeps no
-  per-item scores, so this difference is unpaired and has no interval.
+- reasoning tasks: the headline score of each arm, paired item by item (bootstrap
+  interval over items; McNemar's p for a 0/1 metric).
 
 One long table, a row per model, metric and group: ``spag`` and ``control`` (each
 arm's value), ``diff`` (spag minus control), ``lo``/``hi`` and ``p`` where they exist.
@@ -162,23 +162,21 @@ def poker_rows(model: str, spag: Path, control: Path) -> list[dict[str, Any]]:
 
 
 def reasoning_rows(model: str, spag: Path, control: Path) -> list[dict[str, Any]]:
-    """Each reasoning task's headline score in both arms (unpaired: no interval)."""
-    from spag.evaluation.reasoning import read_record, task_scores
+    """Each reasoning task's headline score in both arms, paired item by item (no
+    interval where a record kept no items)."""
+    from spag.evaluation.reasoning import paired_scores, read_record, task_scores
 
     path = Path("eval", "reasoning", f"{model}.json")
-    mine, theirs = (task_scores(read_record(arm / path)) for arm in (spag, control))
-    return [
-        _row(
-            model,
-            f"reasoning_{task}",
-            "all",
-            spag=mine[task],
-            control=theirs[task],
-            diff=mine[task] - theirs[task],
-        )
-        for task in mine
-        if task in theirs
-    ]
+    records = [read_record(arm / path) for arm in (spag, control)]
+    mine, theirs = (task_scores(r) for r in records)
+    rows = []
+    for task in mine:
+        if task in theirs:
+            d = paired_scores(*records, task)
+            rows.append(_row(model, f"reasoning_{task}", "all", spag=mine[task],
+                             control=theirs[task], diff=mine[task] - theirs[task],
+                             lo=d["lo"], hi=d["hi"], p=d["p"]))  # fmt: skip
+    return rows
 
 
 def compare_arms(

@@ -12,7 +12,9 @@ The result is a small JSON file per model (``results/eval/reasoning/{model}.json
 ``tasks`` holds every task and group lm-eval reports (a group such as ``mmlu``
 also lists its subtasks); ``requested_tasks`` are the names asked for, the ones
 the summary tables and plots show; ``score`` is each task's headline metric
-(:data:`PRIMARY_METRICS`, first one present).
+(:data:`PRIMARY_METRICS`, first one present). ``items`` keeps, per task that lm-eval
+scored item by item, each item's headline metric (``doc_ids``, ``scores``): two models
+measured on the same items are compared item by item (:func:`paired_scores`).
 """
 
 from __future__ import annotations
@@ -265,7 +267,7 @@ def evaluate_model(
         # With game.prompt_format chat, benchmark prompts go through the same template;
         # lm-eval renders them itself (few-shot turns, system text), not PromptRenderer.
         apply_chat_template=apply_chat_template,
-        log_samples=False,
+        log_samples=True,  # each item's score: models are compared item by item
         random_seed=seed,
         numpy_random_seed=seed,
         torch_random_seed=seed,
@@ -289,10 +291,72 @@ def evaluate_model(
         "elapsed_s": round(elapsed, 3),
     }
     record.update(summarize_results(results))
+    record["items"] = item_scores(results.get("samples") or {}, record["tasks"])
     missing = [t for t in tasks if t not in record["tasks"]]
     if missing:
         raise RuntimeError(f"lm-eval reported no result for task(s) {', '.join(missing)}")
     return record
+
+
+def item_scores(
+    samples: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Mapping[str, Any]
+) -> dict[str, dict[str, list]]:
+    """Per task, each item's headline metric from lm-eval's logged samples (the
+    unfiltered ones where a task has several filters), in document order."""
+    out: dict[str, dict[str, list]] = {}
+    for task, logged in samples.items():
+        metric = (tasks.get(task) or {}).get("metric")
+        filters = {str(x.get("filter")) for x in logged}
+        keep = "none" if "none" in filters else min(filters, default=None)
+        rows = sorted(
+            (int(x["doc_id"]), float(x[metric]))
+            for x in logged
+            if str(x.get("filter")) == keep and isinstance(x.get(metric), (int, float))
+        )
+        if metric and rows:
+            out[task] = {"metric": metric, "doc_ids": [d for d, _ in rows],
+                         "scores": [v for _, v in rows]}  # fmt: skip
+    return out
+
+
+def _items(record: Mapping[str, Any], task: str) -> dict[tuple[str, int], float]:
+    """The items of ``task`` (a group: of its subtasks, recursively), by (task, doc id)."""
+    items = record.get("items") or {}
+    if task in items:
+        scored = items[task]
+        return {(task, d): v for d, v in zip(scored["doc_ids"], scored["scores"], strict=True)}
+    out: dict[tuple[str, int], float] = {}
+    for sub in (record.get("subtasks") or {}).get(task, ()):
+        if sub != task:
+            out.update(_items(record, sub))
+    return out
+
+
+def paired_scores(
+    record: Mapping[str, Any], reference: Mapping[str, Any], task: str
+) -> dict[str, float]:
+    """``record`` minus ``reference`` on ``task``, item by item over the items both
+    scored: the mean difference of the headline metric (``pairs``, ``diff``), its 95%
+    percentile bootstrap interval over items (``lo``, ``hi``, seeded) and, for a 0/1
+    metric, the exact McNemar p-value (``p``; nan otherwise). All nan where either
+    record kept no items (a record written before items were kept)."""
+    import numpy as np
+
+    from spag.evaluation.paired import RESAMPLES, SEED, mcnemar_p
+
+    mine, theirs = _items(record, task), _items(reference, task)
+    keys = sorted(mine.keys() & theirs.keys())
+    if not keys:
+        return {"pairs": 0, "diff": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan}
+    x = np.array([mine[k] for k in keys])
+    y = np.array([theirs[k] for k in keys])
+    d = x - y
+    draws = np.random.default_rng(SEED).integers(0, len(d), (RESAMPLES, len(d)))
+    lo, hi = np.percentile(d[draws].mean(axis=1), [2.5, 97.5])
+    binary = set(np.unique(np.concatenate([x, y]))) <= {0.0, 1.0}
+    p = mcnemar_p(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()))
+    return {"pairs": len(keys), "diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
+            "p": p if binary else math.nan}  # fmt: skip
 
 
 def write_record(record: Mapping[str, Any], path: str | os.PathLike) -> None:

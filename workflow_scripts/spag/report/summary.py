@@ -102,6 +102,12 @@ REASONING_COLUMNS = [
     "acc_norm",
     "acc_norm_stderr",
     "num_samples",
+    # The model minus M0 item by item (spag.evaluation.reasoning.paired_scores).
+    "paired_pairs",
+    "paired_diff",
+    "paired_lo",
+    "paired_hi",
+    "paired_p",
 ]
 GMEAN_TASK = "geometric_mean"
 # Columns of shard metadata that may hold a shard's generation time in seconds.
@@ -378,21 +384,30 @@ def collect_epochs(paths: Sequence[str | os.PathLike], game: Game = TABOO):
     return df[ordered_columns(df.columns, game)]
 
 
-def collect_reasoning(paths: Sequence[str | os.PathLike]):
-    """Long table of reasoning scores: one row per model and task, plus its geometric mean."""
+def collect_reasoning(paths: Sequence[str | os.PathLike], reference: str = "imitation"):
+    """Long table of reasoning scores: one row per model and task, plus its geometric
+    mean; each model's task rows also hold its difference from ``reference`` (M0) item
+    by item, with a bootstrap interval and McNemar's p (``paired_*``)."""
     import pandas as pd
 
-    from spag.evaluation.reasoning import geometric_mean, read_record, task_scores
+    from spag.evaluation.reasoning import geometric_mean, paired_scores, read_record, task_scores
 
-    rows = []
+    records = {}
     for p in paths:
         record = read_record(p)
-        name = str(record.get("model_name") or Path(p).stem)
+        records[str(record.get("model_name") or Path(p).stem)] = record
+    rows = []
+    for name, record in records.items():
         order = model_order(name)
         scores = task_scores(record)
         for task, score in scores.items():
             m = record["tasks"].get(task, {})
             metric = m.get("metric")
+            paired = (
+                paired_scores(record, records[reference], task)
+                if reference in records and name != reference
+                else {}
+            )
             rows.append(
                 {
                     "model": name,
@@ -406,6 +421,7 @@ def collect_reasoning(paths: Sequence[str | os.PathLike]):
                     "acc_norm": _num(m.get("acc_norm")),
                     "acc_norm_stderr": _num(m.get("acc_norm_stderr")),
                     "num_samples": _num(m.get("num_samples")),
+                    **{f"paired_{k}": v for k, v in paired.items()},
                 }
             )
         gm = geometric_mean(list(scores.values()))
