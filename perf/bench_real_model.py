@@ -284,8 +284,12 @@ def copy_games(workdir: Path, out: Path) -> None:
     """Every model's evaluation games (a few tens of KB each) into ``out/games/`` (sampled
     ones into ``out/games/sampled/``) and each epoch's self-play episodes into
     ``out/selfplay/``, so the messages behind the tables can be read; the graded hints'
-    and the inference's ranks into ``out/ranks/``, so their summaries recompute."""
+    and the inference's ranks into ``out/ranks/`` and the reasoning records (each item's
+    score) into ``out/reasoning/``, so their summaries recompute."""
     results = workdir / "results"
+    for f in sorted((results / "eval" / "reasoning").glob("*.json")):
+        (out / "reasoning").mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, out / "reasoning" / f.name)
     for kind in ("hints", "inference"):
         for f in sorted((results / "eval" / kind).glob("*.parquet")):
             (out / "ranks" / kind).mkdir(parents=True, exist_ok=True)
