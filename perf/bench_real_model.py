@@ -288,6 +288,8 @@ def copy_games(workdir: Path, out: Path) -> None:
     score) into ``out/reasoning/``, so their summaries recompute."""
     results = workdir / "results"
     for f in sorted((results / "eval" / "reasoning").glob("*.json")):
+        if f.name.endswith(".job.json"):  # the job's provenance, not a record
+            continue
         (out / "reasoning").mkdir(parents=True, exist_ok=True)
         shutil.copy(f, out / "reasoning" / f.name)
     for kind in ("hints", "inference"):

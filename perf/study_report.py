@@ -7,8 +7,9 @@ the folders ``perf/bench_real_model.py --control`` wrote, one per seed.
 Writes ``claims.md`` (every paired comparison of every seed side by side, with its
 verdict) and ``tables.md`` (each model's levels, the training samples per role and
 the self-play games of every epoch, both arms). A comparison *holds* when on every
-seed its 95% interval excludes zero on the same side (and, for game rates, McNemar's
-p < 0.05); otherwise it is *not resolved*. Two kinds of comparison:
+seed its 95% interval excludes zero on the same side (and, where there is one, for
+game rates and reasoning accuracy, McNemar's p < 0.05); otherwise it is *not
+resolved*. Two kinds of comparison:
 
 - ``M(e) - M0``: the SPAG arm's model against its own seed's M0 on the same held-out
   words and roles (the paired columns of ``eval_games.tsv``, ``eval_sampled.tsv``,
@@ -125,7 +126,9 @@ def cell(d: Diff | None) -> str:
         return "-"
     x, lo, hi, p = d
     # one pair (a single word or dialogue) has no interval
-    text = f"{x:+.3f}" + (f" [{lo:+.3f}, {hi:+.3f}]" if not math.isnan(lo) else " (one pair)")
+    text = f"{x:+.3f}" + (
+        f" [{lo:+.3f}, {hi:+.3f}]" if not math.isnan(lo) else " (too few to resample)"
+    )
     return text + (f", p={p:.2g}" if not math.isnan(p) else "")
 
 
@@ -260,7 +263,8 @@ def main() -> None:
         "# Every paired comparison, seed by seed",
         "",
         f"Command: `{command}`. 95% intervals: a bootstrap over held-out words (game "
-        "rates, hint ranks) or dialogues (inference); p: exact McNemar. `every seed`: "
+        "rates, hint ranks, the inference's dialogues) or questions (reasoning); p: "
+        "exact McNemar (game rates, reasoning accuracy). `every seed`: "
         "higher/lower where the interval excludes zero on that side on every seed (and "
         "p < 0.05 where there is one).",
         "",

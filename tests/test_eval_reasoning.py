@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from spag.cli import main
+from spag.errors import SpagInputError
 from spag.evaluation.reasoning import (
     geometric_mean,
     item_scores,
@@ -92,6 +93,27 @@ def test_items_keep_the_unfiltered_headline_metric():
     ]
     items = item_scores({"t": logged}, {"t": {"metric": "exact_match"}})
     assert items == {"t": {"metric": "exact_match", "doc_ids": [0, 1], "scores": [0.0, 1.0]}}
+    # Without an unfiltered one: the task's first filter (logged first), the one its
+    # headline score is reported for; numpy scalars count, a non-finite value leaves
+    # the task without items rather than a nan in the pairing.
+    import numpy as np
+
+    two = [
+        {"doc_id": 0, "filter": "strict-match", "exact_match": np.float64(0.0)},
+        {"doc_id": 1, "filter": "strict-match", "exact_match": np.bool_(True)},
+        {"doc_id": 0, "filter": "flexible-extract", "exact_match": 1.0},
+        {"doc_id": 1, "filter": "flexible-extract", "exact_match": 1.0},
+    ]
+    assert (
+        split_metrics({"exact_match,strict-match": 0.5, "exact_match,flexible-extract": 1.0})[
+            "exact_match"
+        ]
+        == 0.5
+    )
+    got = item_scores({"g": two}, {"g": {"metric": "exact_match"}})["g"]
+    assert got["scores"] == [0.0, 1.0] and all(type(v) is float for v in got["scores"])
+    nan = [{"doc_id": 0, "filter": "none", "f1": float("nan")}]
+    assert item_scores({"t": nan}, {"t": {"metric": "f1"}}) == {}
 
 
 def _record(items: dict[str, list[float]], subtasks: dict | None = None) -> dict:
@@ -118,6 +140,12 @@ def test_paired_scores_item_by_item():
     assert math.isnan(group["p"])
     # A record without items (written before they were kept): nothing to pair.
     assert paired_scores({"tasks": {}}, ref, "t")["pairs"] == 0
+    # One item: a difference, no interval (nothing to resample).
+    one = paired_scores(_record({"t": [1.0]}), _record({"t": [0.5]}), "t")
+    assert one["diff"] == 0.5 and math.isnan(one["lo"]) and math.isnan(one["hi"])
+    # Records measured differently (another limit) are refused, naming the setting.
+    with pytest.raises(SpagInputError, match="differ in limit"):
+        paired_scores({**mine, "limit": 10}, {**ref, "limit": None}, "t")
 
 
 def test_unknown_task_is_a_clear_error(tiny_model_dir, tmp_path, capsys):

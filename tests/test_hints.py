@@ -137,6 +137,11 @@ def test_summary_first_last_best_and_pairing():
     assert by_source["demonstrations"]["mrr_first"] == pytest.approx((1 + 1 / 3) / 2)
     diff = paired_difference(same, ref, ("source", "episode"))
     assert diff["pairs"] == 2 and diff["mrr_best_diff"] == pytest.approx(0.25)
+    # Dialogues of one secret share its distractors: they are resampled together, so
+    # two dialogues of one secret give no interval.
+    one_secret = _table([("a", "apple", None, 1, 1), ("b", "apple", None, 1, 3)], "m0_games")
+    row = summarize_hints(one_secret, "m", by="source")[0]
+    assert row["games"] == 2 and math.isnan(row["mrr_first_lo"])
 
 
 def test_unique_dialogues_reads_a_repeated_dialogue_once():

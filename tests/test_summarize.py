@@ -447,3 +447,10 @@ def test_model_order():
     assert [model_order(n) for n in ("base", "imitation", "epoch1", "epoch12")] == [-1, 0, 1, 12]
     with pytest.raises(SpagInputError, match="model name 'other'"):
         model_order("other")
+
+
+def test_collect_reasoning_refuses_a_model_twice(tmp_path):
+    a = reasoning_json(tmp_path / "a.json", "epoch1", {"task_a": 0.5})
+    b = reasoning_json(tmp_path / "b.json", "epoch1", {"task_a": 0.6})
+    with pytest.raises(SpagInputError, match="b.json: a second reasoning result of model"):
+        collect_reasoning([a, b])

@@ -171,11 +171,19 @@ def reasoning_rows(model: str, spag: Path, control: Path) -> list[dict[str, Any]
     mine, theirs = (task_scores(r) for r in records)
     rows = []
     for task in mine:
-        if task in theirs:
-            d = paired_scores(*records, task)
-            rows.append(_row(model, f"reasoning_{task}", "all", spag=mine[task],
-                             control=theirs[task], diff=mine[task] - theirs[task],
-                             lo=d["lo"], hi=d["hi"], p=d["p"]))  # fmt: skip
+        if task not in theirs:
+            continue
+        d = paired_scores(*records, task)
+        if d["pairs"]:  # each arm's mean over the items both answered, and its interval
+            values = {"spag": d["mean"], "control": d["reference_mean"], "diff": d["diff"],
+                      "lo": d["lo"], "hi": d["hi"], "p": d["p"], "pairs": d["pairs"]}  # fmt: skip
+        else:  # records without items: the headline scores, no interval
+            values = {
+                "spag": mine[task],
+                "control": theirs[task],
+                "diff": mine[task] - theirs[task],
+            }
+        rows.append(_row(model, f"reasoning_{task}", "all", **values))
     return rows
 
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from spag.errors import SpagInputError
 from spag.evaluation.games import wilson_interval
-from spag.evaluation.paired import RESAMPLES, SEED
+from spag.evaluation.paired import cluster_bootstrap
 from spag.generation.base import derive_seed
 from spag.settings import opt, section
 
@@ -209,26 +209,25 @@ def unique_dialogues(episodes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def _bootstrap_mean(
-    clusters: Sequence[Sequence[float]], seed: int = SEED, resamples: int = RESAMPLES
-) -> tuple[float, float, float]:
+def _bootstrap_mean(clusters: Sequence[Sequence[float]]) -> tuple[float, float, float]:
     """Mean of every value and its 95% percentile bootstrap interval, resampling whole
-    clusters (a word's games, or a dialogue), seeded. A percentile interval stays inside
-    the values' range, as a reciprocal rank does (a normal one fell below 0 at a few
+    clusters (a secret's games or dialogues). A percentile interval stays inside the
+    values' range, as a reciprocal rank does (a normal one fell below 0 at a few
     games). Under two clusters the interval is unknown (nan)."""
-    import numpy as np
-
     n = sum(len(c) for c in clusters)
     if n == 0:
         return math.nan, math.nan, math.nan
     mean = sum(map(sum, clusters)) / n
     if len(clusters) < 2:
         return mean, math.nan, math.nan
-    sums = np.array([sum(c) for c in clusters])
-    sizes = np.array([len(c) for c in clusters])
-    draws = np.random.default_rng(seed).integers(0, len(clusters), (resamples, len(clusters)))
-    lo, hi = np.percentile(sums[draws].sum(axis=1) / sizes[draws].sum(axis=1), [2.5, 97.5])
-    return mean, float(lo), float(hi)
+    lo, hi = cluster_bootstrap([sum(c) for c in clusters], [len(c) for c in clusters])
+    return mean, lo, hi
+
+
+def _unit(g: dict[str, Any]) -> tuple[str, str]:
+    """What the bootstrap resamples: a secret of a source. Its games, or dialogues,
+    share the secret and the distractors drawn for it, so they move together."""
+    return g["source"], g["word"]
 
 
 def _clusters(items: Sequence[tuple[Any, float]]) -> list[list[float]]:
@@ -265,9 +264,8 @@ def summarize_hints(table: pa.Table, model: str, by: str = "role") -> list[dict[
     for group in [*groups, "all"]:
         sel = [g for g in games.values() if group in ("all", g[by])]
         row: dict[str, Any] = {"model": model, by: group, "games": len(sel)}
-        unit = (lambda g: g["word"]) if by == "role" else (lambda g: (g["source"], g["episode"]))
         for when in ("first", "last", "best"):
-            m, lo, hi = _bootstrap_mean(_clusters([(unit(g), 1.0 / g[when]) for g in sel]))
+            m, lo, hi = _bootstrap_mean(_clusters([(_unit(g), 1.0 / g[when]) for g in sel]))
             row.update({f"mrr_{when}": m, f"mrr_{when}_lo": lo, f"mrr_{when}_hi": hi})
             # A rate: Wilson's interval, as the win rates (a normal one leaves [0, 1]).
             hits = sum(g[when] == 1 for g in sel)
@@ -287,17 +285,16 @@ def paired_difference(
     """The mean difference in reciprocal rank after the attacker's ``when`` message
     (first, last, best), game by game on the same words and roles (or the same
     dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval
-    (resampling the first key: a word's games move together) and each side's mean over
-    the pairs (``mean``, ``reference_mean``)."""
+    (resampling secrets: a secret's games or dialogues move together) and each side's
+    mean over the pairs (``mean``, ``reference_mean``)."""
     a, b = per_game(table), per_game(reference)
     key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
     ref = {key(g): 1.0 / g[when] for g in b.values()}
-    pairs = [(key(g), 1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
+    pairs = [(_unit(g), 1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
     if not pairs:
         return {"pairs": 0, f"mrr_{when}_diff": math.nan, "lo": math.nan, "hi": math.nan,
                 "mean": math.nan, "reference_mean": math.nan}  # fmt: skip
-    unit = (lambda k: k[0]) if pair_by[0] != "source" else (lambda k: k)  # noqa: E731
-    diff, lo, hi = _bootstrap_mean(_clusters([(unit(k), x - y) for k, x, y in pairs]))
+    diff, lo, hi = _bootstrap_mean(_clusters([(u, x - y) for u, x, y in pairs]))
     return {
         "pairs": len(pairs),
         "mean": sum(x for _, x, _ in pairs) / len(pairs),

@@ -301,22 +301,37 @@ def evaluate_model(
 def item_scores(
     samples: Mapping[str, Sequence[Mapping[str, Any]]], tasks: Mapping[str, Any]
 ) -> dict[str, dict[str, list]]:
-    """Per task, each item's headline metric from lm-eval's logged samples (the
-    unfiltered ones where a task has several filters), in document order."""
+    """Per task, each item's headline metric from lm-eval's logged samples, in document
+    order. Under the filter the headline score is reported for (:func:`split_metrics`:
+    the unfiltered one, else the task's first, which is logged first)."""
     out: dict[str, dict[str, list]] = {}
     for task, logged in samples.items():
         metric = (tasks.get(task) or {}).get("metric")
-        filters = {str(x.get("filter")) for x in logged}
-        keep = "none" if "none" in filters else min(filters, default=None)
+        if not metric or not logged:
+            continue
+        filters = [str(x.get("filter")) for x in logged]
+        keep = "none" if "none" in filters else filters[0]
         rows = sorted(
-            (int(x["doc_id"]), float(x[metric]))
+            (int(x["doc_id"]), _finite(x.get(metric)))
             for x in logged
-            if str(x.get("filter")) == keep and isinstance(x.get(metric), (int, float))
+            if str(x.get("filter")) == keep
         )
-        if metric and rows:
+        if rows and all(v is not None for _, v in rows):
             out[task] = {"metric": metric, "doc_ids": [d for d, _ in rows],
                          "scores": [v for _, v in rows]}  # fmt: skip
     return out
+
+
+def _finite(value: Any) -> float | None:
+    """A per-item metric as a float (numpy scalars and bools too); None when it is not
+    a finite number (a corpus-level metric such as BLEU logs its inputs instead)."""
+    if value is None or isinstance(value, (str, bytes)):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _items(record: Mapping[str, Any], task: str) -> dict[tuple[str, int], float]:
@@ -332,37 +347,52 @@ def _items(record: Mapping[str, Any], task: str) -> dict[tuple[str, int], float]
     return out
 
 
+# Settings that decide which items a model answers, and how: records that differ in
+# them are not paired.
+PAIRING_KEYS = ("limit", "num_fewshot", "apply_chat_template", "seed", "lm_eval_version")
+
+
 def paired_scores(
     record: Mapping[str, Any], reference: Mapping[str, Any], task: str
 ) -> dict[str, float]:
     """``record`` minus ``reference`` on ``task``, item by item over the items both
-    scored: the mean difference of the headline metric (``pairs``, ``diff``), its 95%
-    percentile bootstrap interval over items (``lo``, ``hi``, seeded) and, for a 0/1
-    metric, the exact McNemar p-value (``p``; nan otherwise). All nan where either
-    record kept no items (a record written before items were kept)."""
-    import numpy as np
-
-    from spag.evaluation.paired import RESAMPLES, SEED, mcnemar_p
+    scored (a group: its subtasks' items): each side's mean over those items (``mean``,
+    ``reference_mean``), their difference (``diff``; a group weighted by size, as MMLU
+    and BBH are, has the difference of the headline scores), its 95% percentile
+    bootstrap interval over items (``lo``, ``hi``, seeded; nan under two items) and,
+    for a 0/1 metric, the exact McNemar p-value (``p``; nan otherwise). ``pairs`` 0 and
+    the rest nan where either record kept no items (one written before they were)."""
+    from spag.evaluation.paired import cluster_bootstrap, mcnemar_p
 
     mine, theirs = _items(record, task), _items(reference, task)
     keys = sorted(mine.keys() & theirs.keys())
     if not keys:
-        return {"pairs": 0, "diff": math.nan, "lo": math.nan, "hi": math.nan, "p": math.nan}
-    x = np.array([mine[k] for k in keys])
-    y = np.array([theirs[k] for k in keys])
-    d = x - y
-    rng = np.random.default_rng(SEED)
-    # In chunks of resamples: MMLU's 14k items at once would take GBs of indices.
-    chunk = max(1, min(RESAMPLES, 2_000_000 // len(d)))
-    means = np.concatenate([
-        d[rng.integers(0, len(d), (min(chunk, RESAMPLES - i), len(d)))].mean(axis=1)
-        for i in range(0, RESAMPLES, chunk)
-    ])  # fmt: skip
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    binary = set(np.unique(np.concatenate([x, y]))) <= {0.0, 1.0}
-    p = mcnemar_p(int(((x == 1) & (y == 0)).sum()), int(((x == 0) & (y == 1)).sum()))
-    return {"pairs": len(keys), "diff": float(d.mean()), "lo": float(lo), "hi": float(hi),
-            "p": p if binary else math.nan}  # fmt: skip
+        nan = math.nan
+        return {"pairs": 0, "mean": nan, "reference_mean": nan, "diff": nan, "lo": nan,
+                "hi": nan, "p": nan}  # fmt: skip
+    differ = [k for k in PAIRING_KEYS if record.get(k) != reference.get(k)]
+    if differ:
+        raise SpagInputError(
+            f"reasoning records of {record.get('model_name')} and "
+            f"{reference.get('model_name')} differ in {', '.join(differ)} "
+            f"({', '.join(f'{record.get(k)!r} vs {reference.get(k)!r}' for k in differ)}): "
+            "their items are not comparable one by one"
+        )
+    x, y = [mine[k] for k in keys], [theirs[k] for k in keys]
+    d = [a - b for a, b in zip(x, y, strict=True)]
+    lo, hi = cluster_bootstrap(d, [1] * len(d)) if len(d) > 1 else (math.nan, math.nan)
+    binary = set(x) | set(y) <= {0.0, 1.0}
+    b = sum(a == 1 and c == 0 for a, c in zip(x, y, strict=True))
+    c = sum(a == 0 and c == 1 for a, c in zip(x, y, strict=True))
+    return {
+        "pairs": len(keys),
+        "mean": sum(x) / len(x),
+        "reference_mean": sum(y) / len(y),
+        "diff": sum(d) / len(d),
+        "lo": lo,
+        "hi": hi,
+        "p": mcnemar_p(b, c) if binary else math.nan,
+    }
 
 
 def write_record(record: Mapping[str, Any], path: str | os.PathLike) -> None:

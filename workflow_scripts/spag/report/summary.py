@@ -90,6 +90,7 @@ def summary_columns(game: Game = TABOO) -> list[str]:
 
 
 SUMMARY_COLUMNS = summary_columns()
+PAIRED_REASONING = ("pairs", "diff", "lo", "hi", "p")
 REASONING_COLUMNS = [
     "model",
     "epoch",
@@ -103,11 +104,7 @@ REASONING_COLUMNS = [
     "acc_norm_stderr",
     "num_samples",
     # The model minus M0 item by item (spag.evaluation.reasoning.paired_scores).
-    "paired_pairs",
-    "paired_diff",
-    "paired_lo",
-    "paired_hi",
-    "paired_p",
+    *(f"paired_{k}" for k in PAIRED_REASONING),
 ]
 GMEAN_TASK = "geometric_mean"
 # Columns of shard metadata that may hold a shard's generation time in seconds.
@@ -395,7 +392,10 @@ def collect_reasoning(paths: Sequence[str | os.PathLike], reference: str = "imit
     records = {}
     for p in paths:
         record = read_record(p)
-        records[str(record.get("model_name") or Path(p).stem)] = record
+        name = str(record.get("model_name") or Path(p).stem)
+        if name in records:
+            raise SpagInputError(f"{p}: a second reasoning result of model {name!r}")
+        records[name] = record
     rows = []
     for name, record in records.items():
         order = model_order(name)
@@ -421,7 +421,7 @@ def collect_reasoning(paths: Sequence[str | os.PathLike], reference: str = "imit
                     "acc_norm": _num(m.get("acc_norm")),
                     "acc_norm_stderr": _num(m.get("acc_norm_stderr")),
                     "num_samples": _num(m.get("num_samples")),
-                    **{f"paired_{k}": v for k, v in paired.items()},
+                    **{f"paired_{k}": paired.get(k, NAN) for k in PAIRED_REASONING},
                 }
             )
         gm = geometric_mean(list(scores.values()))
