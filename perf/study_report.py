@@ -125,7 +125,7 @@ def cell(d: Diff | None) -> str:
     if d is None or math.isnan(d[0]):
         return "-"
     x, lo, hi, p = d
-    # one pair (a single word or dialogue) has no interval
+    # a single word, dialogue or item: no interval (cluster_bootstrap's nan)
     text = f"{x:+.3f}" + (
         f" [{lo:+.3f}, {hi:+.3f}]" if not math.isnan(lo) else " (too few to resample)"
     )

@@ -17,8 +17,9 @@ the same roles against the same opponent, so every per-game metric is paired:
 - the exact strategy read-out (Kuhn Poker): exploitability, chips per hand against
   the random and the equilibrium player, mass outside the legal moves. These are
   exact for each model: no sampling, so no interval;
-- reasoning tasks: the headline score of each arm, paired item by item (bootstrap
-  interval over items; McNemar's p for a 0/1 metric).
+- reasoning tasks: each arm's mean over the items both answered, paired item by
+  item (bootstrap interval over items; McNemar's p for a 0/1 metric); the headline
+  scores without an interval where a record kept no items.
 
 One long table, a row per model, metric and group: ``spag`` and ``control`` (each
 arm's value), ``diff`` (spag minus control), ``lo``/``hi`` and ``p`` where they exist.

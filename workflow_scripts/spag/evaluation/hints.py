@@ -218,8 +218,6 @@ def _bootstrap_mean(clusters: Sequence[Sequence[float]]) -> tuple[float, float, 
     if n == 0:
         return math.nan, math.nan, math.nan
     mean = sum(map(sum, clusters)) / n
-    if len(clusters) < 2:
-        return mean, math.nan, math.nan
     lo, hi = cluster_bootstrap([sum(c) for c in clusters], [len(c) for c in clusters])
     return mean, lo, hi
 

@@ -60,14 +60,17 @@ def cluster_bootstrap(
 ) -> tuple[float, float]:
     """95% percentile bootstrap interval of a mean over clusters (a word's games, an
     item): ``sums`` and ``sizes`` are each cluster's total and count; whole clusters
-    are resampled, seeded. Drawn in chunks: at paper scale (14k items, 10,000
-    resamples) the indices at once would take GBs."""
+    are resampled, seeded; nan under two clusters (nothing to resample). Drawn in
+    chunks: at paper scale (14k items, 10,000 resamples) the indices at once would
+    take GBs."""
     import numpy as np
 
     sums, sizes = np.asarray(sums, dtype=float), np.asarray(sizes, dtype=float)
     n = len(sums)
+    if n < 2:
+        return math.nan, math.nan
     rng = np.random.default_rng(seed)
-    chunk = max(1, min(resamples, 2_000_000 // max(n, 1)))
+    chunk = max(1, min(resamples, 2_000_000 // n))
     means = []
     for done in range(0, resamples, chunk):
         draws = rng.integers(0, n, (min(chunk, resamples - done), n))

@@ -380,7 +380,7 @@ def paired_scores(
         )
     x, y = [mine[k] for k in keys], [theirs[k] for k in keys]
     d = [a - b for a, b in zip(x, y, strict=True)]
-    lo, hi = cluster_bootstrap(d, [1] * len(d)) if len(d) > 1 else (math.nan, math.nan)
+    lo, hi = cluster_bootstrap(d, [1] * len(d))
     binary = set(x) | set(y) <= {0.0, 1.0}
     b = sum(a == 1 and c == 0 for a, c in zip(x, y, strict=True))
     c = sum(a == 0 and c == 1 for a, c in zip(x, y, strict=True))
