@@ -78,3 +78,16 @@ def smollm2_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm2") / "model"
     prepare_base_model("smollm2-135m-instruct", out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The embedded default from nothing, shrunk to TINY_OVERLAY (1 epoch, 2 shards),
+    target `all`: built once per test session and shared (tests/README.md). Tests only
+    read it; a test that changes, damages or reruns it works on ``copy_run``'s copy."""
+    from workflow_utils import TINY_OVERLAY, make_workdir, snakemake
+
+    wd = make_workdir(tmp_path_factory.mktemp("tiny-run") / "run", TINY_OVERLAY)
+    res = snakemake(wd, "--cores", "2", timeout=1500)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    return wd

@@ -31,7 +31,10 @@ def test_the_folder_is_per_node_and_cpu_type(monkeypatch, tmp_path):
     node = path.parent.name
     assert node.startswith(socket.gethostname().split(".")[0] + "-")
     assert path.name.startswith(f"py{sys.version_info.major}{sys.version_info.minor}-torch")
-    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    # use_node_extensions_dir sets it for this process: set then deleted here, so that it is
+    # unset again after the test (else every later job builds CPU Adam in this tmp_path)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "")
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
     assert use_node_extensions_dir() == path and os.environ["TORCH_EXTENSIONS_DIR"] == str(path)
     # a user's own folder wins
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "mine"))

@@ -57,6 +57,15 @@ def test_a_read_only_output_folder_is_one_line_naming_it(tmp_path):
     assert list(out.iterdir()) == []
 
 
+def _cmdline(p: psutil.Process) -> str:
+    """A process's command line; empty once it has ended (a short-lived child may end
+    between being listed and being read)."""
+    try:
+        return " ".join(p.cmdline())
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def _step_processes(workdir: Path, step: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline", "cwd"]):
@@ -83,7 +92,7 @@ def test_a_killed_job_process_leaves_no_step_running_and_no_output(tmp_path):
             job = None
             while job is None and time.monotonic() < deadline and proc.poll() is None:
                 children = psutil.Process(proc.pid).children()
-                job = next((c for c in children if "target-words" in " ".join(c.cmdline())), None)
+                job = next((c for c in children if "target-words" in _cmdline(c)), None)
                 time.sleep(0.1)
             assert job is not None, (tmp_path / "snakemake.log").read_text()[-3000:]
             job.send_signal(signal.SIGKILL)

@@ -18,10 +18,14 @@ OVERLAY = yaml.safe_load((REPO / "configs" / "smollm2-135m.yaml").read_text())
 OVERLAY.update(epochs=1)
 OVERLAY["words"].update(num_train=4, num_test=3)
 OVERLAY["game"].update(max_turns=2)
-OVERLAY["selfplay"].update(num_shards=2, max_new_tokens=8, kv_reuse_gib=1)
+OVERLAY["selfplay"].update(num_shards=1, max_new_tokens=8, kv_reuse_gib=1)
 OVERLAY["imitation"].update(max_steps=2, per_device_batch_size=4, max_length=384)
 OVERLAY["spag"].update(max_steps=1, per_device_batch_size=4, max_length=384)
 OVERLAY["data"]["sft_max_rows"] = 8
+# The first eight demonstration games (both roles win among them) are imitation samples
+# enough for M0's two steps; all 72 cost about 2.5 minutes of reference scoring here.
+DEMOS = "data/demo_games_first8.json"
+OVERLAY["data"]["imitation"] = DEMOS
 OVERLAY["evaluation"].update(max_new_tokens=8)
 OVERLAY["evaluation"]["reasoning"]["limit"] = 4
 # Graded hints read every demonstration game per model: about 10 of this test's 13.5
@@ -35,6 +39,9 @@ OVERLAY["evaluation"]["sampled_games_per_secret"] = 0
 
 def test_real_model_epoch_in_chat_format(tmp_path):
     wd = make_workdir(tmp_path / "run", OVERLAY)
+    demos = json.loads((REPO / "data" / "demo_games.json").read_text())[:8]
+    assert {"attacker_wins", "defender_wins"} <= {g["outcome"] for g in demos}
+    (wd / DEMOS).write_text(json.dumps(demos))
     res = snakemake(wd, "spag_epoch1", timeout=1500)
     assert res.returncode == 0, res.stderr[-4000:]
     base = wd / "results" / "base_model"
@@ -43,6 +50,8 @@ def test_real_model_epoch_in_chat_format(tmp_path):
 
     episodes = pq.read_table(wd / "results/epoch1/episodes.parquet").to_pylist()
     assert len(episodes) == 4
+    samples = pq.read_table(wd / "results/imitation/samples.parquet").to_pylist()
+    assert {s["role"] for s in samples if s["type"] == "game"} == {"attacker", "defender"}
     # Replies are text: no chat-template markers leak into the games.
     for g in episodes:
         for m in g["history"]:

@@ -1,7 +1,7 @@
 """The Snakemake report of a tiny run: every plot is in it, and a browser can render it.
 
-A tiny run of the whole workflow (1 epoch, 2 shards) builds the summary tables
-and plots; ``snakemake --report report.html`` collects them; headless Chromium
+The session's shared tiny run of the whole workflow (1 epoch, 2 shards; conftest's
+``tiny_run``) builds the summary tables and plots; ``snakemake --report report.html`` collects them; headless Chromium
 opens the report and takes a screenshot.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from workflow_utils import TINY_OVERLAY, job_counts, make_workdir, snakemake
+from workflow_utils import TINY_OVERLAY, copy_run, job_counts, snakemake
 
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
 
@@ -53,14 +53,6 @@ def _screenshot(browser: str, html: Path, png: Path, profile: Path) -> subproces
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, HOME=str(profile))
     )
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory) -> Path:
-    wd = make_workdir(tmp_path_factory.mktemp("report") / "run", TINY_OVERLAY)
-    res = snakemake(wd, "--cores", "2", timeout=1500)
-    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-    return wd
 
 
 def test_run_builds_tables_and_plots(tiny_run):
@@ -147,9 +139,10 @@ def test_the_run_is_tracked_and_its_provenance_recorded(tiny_run):
 
 
 def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
-    res = snakemake(tiny_run, "--report", "report.html", timeout=600)
+    run = copy_run(tiny_run, tmp_path / "run")
+    res = snakemake(run, "--report", "report.html", timeout=600)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
-    html_path = tiny_run / "report.html"
+    html_path = run / "report.html"
     html = html_path.read_text(encoding="utf-8", errors="replace")
     missing = [n for n in RUN_PLOTS if n not in html]
     missing += [f"epoch1/{n}" for n in EPOCH_PLOTS if f"epoch1/{n}" not in html]
@@ -167,8 +160,9 @@ def test_report_contains_every_plot_and_renders(tiny_run, tmp_path):
     assert png.stat().st_size > 10_000  # a rendered page, not a blank one
 
 
-def test_unknown_task_fails_only_its_jobs(tiny_run):
+def test_unknown_task_fails_only_its_jobs(tiny_run, tmp_path):
     """A misnamed lm-eval task: a clear error in each reasoning log, nothing else rebuilt."""
+    tiny_run = copy_run(tiny_run, tmp_path / "run")
     model = tiny_run / "results" / "epoch1" / "model" / "model.safetensors"
     before = model.stat().st_mtime_ns
     bad = {"evaluation": {"reasoning": {"tasks": ["no_such_task"]}}}

@@ -82,9 +82,14 @@ def vllm_env_python(request, tmp_path_factory) -> Path:
     shutil.rmtree(root / "venv", ignore_errors=True)
     stamp.unlink(missing_ok=True)
     venv.create(root / "venv", with_pip=True, clear=True)
-    for reqs in ([TORCH], REQUIREMENTS):
+    # torch with pip, which is offered the local CPU build; the rest with uv where
+    # scripts/setup.sh installed it (the same pins, installed in seconds).
+    uv = Path(sys.executable).with_name("uv")
+    rest = [str(uv), "pip", "install", "--python", str(python)] if uv.exists() else None
+    pip = [str(python), "-m", "pip", "install", "--no-compile"]
+    for cmd in (pip + [TORCH], (rest or pip) + REQUIREMENTS):
         proc = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", *reqs],
+            [*cmd, "--quiet"],
             capture_output=True,
             text=True,
             timeout=600,

@@ -1,6 +1,6 @@
-"""A tiny end-to-end run: a shard that fails, the rerun of exactly that shard, the
-rebuild of one removed shard with nothing else redone, and the plan after a removed
-intermediate file."""
+"""A tiny end-to-end run (a copy of the session's shared one, conftest's ``tiny_run``):
+a shard that fails, the rerun of exactly that shard, the rebuild of one removed shard
+with nothing else redone, the plan after a removed intermediate file, the control arm."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from workflow_utils import (
     TINY_OVERLAY,
+    copy_run,
     failing_shards_env,
     job_counts,
-    make_workdir,
     snakemake,
 )
 
@@ -43,17 +43,26 @@ def _fingerprint(path):
     return path.stat().st_mtime_ns
 
 
-def test_tiny_run_failed_shard_and_rerun(tmp_path):
-    wd = make_workdir(tmp_path / "run", TINY_OVERLAY)
+def test_tiny_run_failed_shard_and_rerun(tiny_run, tmp_path):
+    wd = copy_run(tiny_run, tmp_path / "run")
     shard0 = wd / "results/epoch1/selfplay/shard_000.parquet"
     shard1 = wd / "results/epoch1/selfplay/shard_001.parquet"
+    m0_model = wd / "results/imitation/model/config.json"
+    m0_reasoning = wd / "results/eval/reasoning/imitation.json"
+    shard0_bytes = shard0.read_bytes()
 
-    # 1. Shard 1 fails on purpose; --keep-going lets everything else that can, finish.
+    # 1. Both shards and one of M0's evaluations are lost; shard 1 fails on purpose;
+    #    --keep-going lets everything else that can, finish: shard 0 is rebuilt
+    #    byte-identical (seeded, CPU), M0's evaluation again, M0 itself is not redone.
+    for path in (shard0, shard1, m0_reasoning):
+        path.unlink()
+    untouched = {m0_model: _fingerprint(m0_model)}
     res = snakemake(wd, "spag_epoch1", "--keep-going", env=failing_shards_env(1))
     assert res.returncode != 0
     assert shard0.is_file() and not shard1.exists(), res.stderr[-3000:]
-    assert (wd / "results/imitation/model/config.json").is_file()
-    assert (wd / "results/eval/reasoning/imitation.json").is_file()
+    assert shard0.read_bytes() == shard0_bytes
+    assert m0_reasoning.is_file()
+    assert {p: _fingerprint(p) for p in untouched} == untouched
 
     # 2. The next run plans exactly that shard and what depends on it.
     res = snakemake(wd, "spag_epoch1", "-n")
@@ -62,7 +71,7 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     planned = _planned_outputs(res.stdout)
     assert "selfplay/shard_001" in planned and "selfplay/shard_000.parquet" not in planned
 
-    untouched = {p: _fingerprint(p) for p in (shard0, wd / "results/imitation/model/config.json")}
+    untouched = {p: _fingerprint(p) for p in (shard0, m0_model)}
     res = snakemake(wd, "spag_epoch1")
     assert res.returncode == 0, res.stderr[-3000:]
     assert {p: _fingerprint(p) for p in untouched} == untouched
@@ -82,16 +91,16 @@ def test_tiny_run_failed_shard_and_rerun(tmp_path):
     assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
     assert (wd / "results/epoch1/summary.tsv").is_file()
 
-    # 4. A removed shard is rebuilt alone (byte-identical: seeded, CPU) with its downstream.
-    before = shard0.read_bytes()
-    shard0.unlink()
+    # 4. A removed shard that had not failed plans the same: itself and its downstream,
+    #    nothing else (its rebuild, byte-identical with nothing else redone: step 1).
+    aside = tmp_path / "shard_000.parquet"
+    shard0.rename(aside)
     res = snakemake(wd, "spag_epoch1", "-n")
+    aside.rename(shard0)
+    assert res.returncode == 0, res.stderr
     assert dict(job_counts(res.stdout + res.stderr)) == DOWNSTREAM_OF_SHARD
-    untouched = {p: _fingerprint(p) for p in (shard1, wd / "results/imitation/model/config.json")}
-    res = snakemake(wd, "spag_epoch1")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert shard0.read_bytes() == before
-    assert {p: _fingerprint(p) for p in untouched} == untouched
+    planned = _planned_outputs(res.stdout)
+    assert "selfplay/shard_000" in planned and "selfplay/shard_001.parquet" not in planned
 
     control = tmp_path / "control"
     shutil.copytree(wd, control, symlinks=True)

@@ -41,6 +41,13 @@ def make_workdir(root: Path, overlay: dict | None = None) -> Path:
     return root
 
 
+def copy_run(src: Path, dest: Path) -> Path:
+    """A copy of a finished run folder that a test may change: files, Snakemake's
+    records and modification times kept, so the copy plans exactly as the original."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
 def snakemake(
     workdir: Path,
     *args: str,
