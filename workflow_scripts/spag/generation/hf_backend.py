@@ -7,8 +7,10 @@ preallocated, and a row stops at EOS (no earlier than ``MIN_NEW_TOKENS``).
 Sub-batches are also cut so that one fits the batch memory (static cache and
 prompt pass), so a large ``batch_size`` never runs out of memory. Each game
 samples from its own ``torch.Generator`` seeded from the call's seed and its
-episode id: its replies do not depend on the other games of the call, and the
-global RNG is untouched.
+episode id: its draws do not depend on the other games of the call, and the
+global RNG is untouched. Its logits are computed in a sub-batch that other games
+shape and pad: the same up to rounding in float32 on CPU, not on CUDA in bf16
+(``GenerationBackend.generate`` says what a resumed shard can promise).
 """
 
 from __future__ import annotations
