@@ -1,8 +1,8 @@
 """The Snakemake report of a tiny run: every plot is in it, and a browser can render it.
 
 The session's shared tiny run of the whole workflow (1 epoch, 2 shards; conftest's
-``tiny_run``) builds the summary tables and plots; ``snakemake --report report.html`` collects them; headless Chromium
-opens the report and takes a screenshot.
+``tiny_run``) builds the summary tables and plots; ``snakemake --report report.html``
+collects them; headless Chromium opens the report and takes a screenshot.
 """
 
 from __future__ import annotations

@@ -94,7 +94,12 @@ def test_the_trainer_arguments_take_every_setting_by_its_declared_name():
 @pytest.mark.parametrize("stage", ["imitation", "spag"])
 @pytest.mark.parametrize("changed", [{}, {"group_by_length": False, "bf16": True, "save_steps": 7}])
 def test_rule_flags_round_trip_through_the_cli(stage, changed):
-    config = validate_config({stage: dict(changed)})
+    # bf16 is trained under DeepSpeed and scored in bfloat16 (the config refuses it else)
+    layers = {"scoring": {"dtype": "bfloat16"}} if changed.get("bf16") else {}
+    for name in STAGE_OBJECTIVE if changed.get("bf16") else ():
+        layers[name] = {"bf16": True, "deepspeed": "zero3"}
+    layers.setdefault(stage, {}).update(changed)
+    config = validate_config(layers)
     argv = _cli_args(stage_arguments(config, stage))
     argv += ["--model", "m", "--samples", "s", "--output", "o", "--checkpoint-dir", "c"]
     parsed = _parse([*argv, "--loss-log", "l"])
@@ -142,11 +147,17 @@ def _parse_score(argv: list[str]) -> ScoreRefConfig:
     [
         {},
         {
+            # bfloat16 scores for stages that train bf16 under DeepSpeed (else refused)
             "scoring": {"batch_size": 3, "dtype": "bfloat16"},
             "game": {"prompt_format": "chat"},
             "base_model": {"trust_remote_code": True},
-            "imitation": {"max_length": 512, "padding_free": False},
-            "spag": {"max_length": 768, "padding_free": False},
+            "imitation": {
+                "max_length": 512,
+                "padding_free": False,
+                "bf16": True,
+                "deepspeed": "zero3",
+            },
+            "spag": {"max_length": 768, "padding_free": False, "bf16": True, "deepspeed": "zero3"},
         },
     ],
 )

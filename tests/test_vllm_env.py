@@ -84,11 +84,10 @@ def vllm_env_python(request, tmp_path_factory) -> Path:
     venv.create(root / "venv", with_pip=True, clear=True)
     # torch with pip, which is offered the local CPU build; the rest with uv where
     # scripts/setup.sh installed it (the same pins, installed in seconds).
+    pip = [str(python), "-m", "pip", "install"]
     uv = Path(sys.executable).with_name("uv")
     rest = [str(uv), "pip", "install", "--compile-bytecode", "--python", str(python)]
-    rest = rest if uv.exists() else None
-    pip = [str(python), "-m", "pip", "install", "--no-compile"]
-    for cmd in (pip + [TORCH], (rest or pip) + REQUIREMENTS):
+    for cmd in (pip + [TORCH], (rest if uv.exists() else pip) + REQUIREMENTS):
         proc = subprocess.run(
             [*cmd, "--quiet"],
             capture_output=True,

@@ -432,11 +432,12 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
 def _check_reference_precision(config: dict[str, Any], stage: str, source: str) -> None:
     """The reference log-probs must come from the forward the training step runs: under
     another precision step 0's ratio is not 1 and the KL term shifts, with no error."""
+    from spag.training.distributed import weights_dtype
+
     bf16, deepspeed = config[stage]["bf16"], config[stage]["deepspeed"]
     scored = config["scoring"]["dtype"]
-    if bf16 and not deepspeed:
-        # training/run.py loads bfloat16 weights only under DeepSpeed; alone, the Trainer
-        # runs float32 weights under bfloat16 autocast, which no scoring dtype matches.
+    trained = weights_dtype(bf16, deepspeed)
+    if trained is None:
         raise SpagInputError(
             f"{source}: key '{stage}.bf16' is true without '{stage}.deepspeed': training "
             "would run float32 weights under bfloat16 autocast, a precision that no "
@@ -444,7 +445,6 @@ def _check_reference_precision(config: dict[str, Any], stage: str, source: str) 
             f"ratio away from 1 and shift the KL term; set '{stage}.deepspeed' (bfloat16 "
             f"weights, scored with 'scoring.dtype: bfloat16') or '{stage}.bf16: false'"
         )
-    trained = "bfloat16" if bf16 else "float32"
     if scored != trained:
         raise SpagInputError(
             f"{source}: key 'scoring.dtype' is {scored}, but '{stage}.bf16' is "

@@ -64,3 +64,12 @@ def end_distributed() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def weights_dtype(bf16: bool, deepspeed: str | None) -> str | None:
+    """The dtype of the weights a training step runs: bfloat16 only under DeepSpeed
+    (its engine keeps float32 master weights); alone, the Trainer keeps float32 weights
+    and runs them under bfloat16 autocast with ``bf16`` (None: a mixed forward)."""
+    if not bf16:
+        return "float32"
+    return "bfloat16" if deepspeed else None

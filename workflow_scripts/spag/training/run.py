@@ -22,7 +22,12 @@ from spag.ops import (
     tracker_environment,
 )
 from spag.training.checkpoints import WORK_LOSS_LOG, prepare_checkpoint_dir, run_fingerprint
-from spag.training.distributed import end_distributed, ensure_distributed_env, resolve_deepspeed
+from spag.training.distributed import (
+    end_distributed,
+    ensure_distributed_env,
+    resolve_deepspeed,
+    weights_dtype,
+)
 from spag.training.extensions import build_ops, needed_ops
 from spag.training.output import save_final
 from spag.training.settings import TrainConfig
@@ -119,7 +124,7 @@ def train(cfg: TrainConfig) -> Path:
     from spag.training.trainer import LossLogCallback, SpagTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
-    load_dtype = torch.bfloat16 if (cfg.bf16 and deepspeed_config) else torch.float32
+    load_dtype = getattr(torch, weights_dtype(cfg.bf16, deepspeed_config) or "float32")
     model = AutoModelForCausalLM.from_pretrained(
         cfg.model,
         dtype=load_dtype,
