@@ -13,6 +13,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--intermediate-size", type=int, default=192)
     p.add_argument("--num-layers", type=int, default=2)
     p.add_argument("--num-heads", type=int, default=4)
+    p.add_argument("--num-kv-heads", type=int, default=None, help="default: --num-heads")
+    p.add_argument(
+        "--vocab-rows", type=int, default=None, help="embedding rows (default: the tokenizer's)"
+    )
     p.add_argument("--max-position-embeddings", type=int, default=2048)
     p.add_argument("--seed", type=int, default=0)
 
@@ -28,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
         intermediate_size=args.intermediate_size,
         num_layers=args.num_layers,
         num_heads=args.num_heads,
+        num_kv_heads=args.num_kv_heads,
+        vocab_rows=args.vocab_rows,
         max_position_embeddings=args.max_position_embeddings,
         seed=args.seed,
     )

@@ -84,10 +84,17 @@ def build_tiny_model(
     intermediate_size: int = 192,
     num_layers: int = 2,
     num_heads: int = 4,
+    num_kv_heads: int | None = None,
+    vocab_rows: int | None = None,
     max_position_embeddings: int = 2048,
     seed: int = 0,
 ) -> Path:
-    """Build the tokenizer and a randomly initialised Llama into ``output`` (atomically)."""
+    """Build the tokenizer and a randomly initialised Llama into ``output`` (atomically).
+
+    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (Llama-3, Qwen,
+    SmolLM2); ``vocab_rows`` above the tokenizer's size pads the embedding and output
+    layers, as released models do, so that a benchmark model pays a real vocabulary's cost.
+    """
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -95,14 +102,22 @@ def build_tiny_model(
     if not texts:
         raise SpagInputError(f"tokenizer corpus is empty: {', '.join(map(str, corpus))}")
     tokenizer = train_tokenizer(texts, vocab_size)
+    kv_heads = num_kv_heads or num_heads
+    if num_heads % kv_heads:
+        raise SpagInputError(f"--num-kv-heads {kv_heads} must divide --num-heads {num_heads}")
+    rows = vocab_rows or len(tokenizer)
+    if rows < len(tokenizer):
+        raise SpagInputError(
+            f"--vocab-rows {rows} is below the tokenizer's {len(tokenizer)} tokens"
+        )
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
+        vocab_size=rows,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=max_position_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -1,0 +1,646 @@
+"""The GPU check: what the pipeline's GPU paths do on one card, step by step.
+
+Run through ``perf/gpu_first_contact.sh OUT [--cpu]``, which gives every step its own
+process and time limit. Each step appends one JSON line per measurement to
+``OUT/results.jsonl`` as soon as it has it, so a step that fails or runs out of time
+keeps what came before. Models are random-weight Llamas built here (real weights
+cannot travel to a node without internet): ``big`` (about 0.85B parameters, grouped
+queries, a 32k vocabulary) and ``small`` (about 30M) for CPU-vs-GPU agreement.
+``--cpu`` runs every step at toy sizes on the CPU (the test's mode).
+
+Steps:
+
+- ``env``: versions, the card, the attention kernels torch may use;
+- ``models``: builds both models; loading to the GPU through host memory
+  (``.to(cuda)``) against ``device_map`` (straight to the card);
+- ``generation``: the ``hf`` backend's tokens/s at batch 1, 8, 32, 128 on the same
+  games, peak memory per row against :meth:`HFBackend.row_bytes`, and the
+  sampler's cost per decode step (one random kernel per row against one per batch);
+- ``invariance``: the same games at batch 1 and 8, greedy and seeded, in fp32 and
+  bf16: how many replies differ;
+- ``scoring``: reference scoring throughput, packed and padded, in fp32 and bf16;
+  the small model's log-probs on the GPU against the CPU's in fp32; fp32 attention
+  with grouped queries against the same heads expanded;
+- ``training``: ``spag train`` steps for each precision pairing of training and
+  reference scores (fp32, ZeRO-3 bf16, autocast bf16, ZeRO-3 with CPU offload):
+  step time, peak memory, the first step's ratio and KL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import datetime
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "data"
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The shapes of one mode: a card's, or toy ones for the CPU."""
+
+    big: dict
+    small: dict
+    prompt_words: int  # each game's own words (its prompt also holds shared rules)
+    rules_words: int
+    max_new_tokens: int
+    batches: tuple[int, ...]
+    batch1_games: int  # games played one by one (batch 1 is slow)
+    invariance_games: int
+    samples: int
+    max_length: int
+    score_batch: int
+    agreement_samples: int
+    train_batch: int
+    train_accum: int
+    train_steps: int
+    attention_shape: tuple[int, int, int, int, int]  # heads, kv heads, tokens, dim, reps
+
+
+GPU = Sizes(
+    big=dict(
+        vocab_size=4000, vocab_rows=32000, hidden_size=2048, intermediate_size=5632,
+        num_layers=16, num_heads=16, num_kv_heads=4, max_position_embeddings=4096,
+    ),
+    small=dict(
+        vocab_size=4000, vocab_rows=8192, hidden_size=512, intermediate_size=1408,
+        num_layers=8, num_heads=8, num_kv_heads=2, max_position_embeddings=4096,
+    ),
+    prompt_words=600, rules_words=200, max_new_tokens=64, batches=(1, 8, 32, 128),
+    batch1_games=4, invariance_games=8, samples=128, max_length=1024, score_batch=16,
+    agreement_samples=32, train_batch=4, train_accum=2, train_steps=4,
+    attention_shape=(16, 4, 1024, 128, 20),
+)  # fmt: skip
+CPU = Sizes(
+    big=dict(
+        vocab_size=512, vocab_rows=1024, hidden_size=64, intermediate_size=128,
+        num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=1024,
+    ),
+    small=dict(
+        vocab_size=512, vocab_rows=512, hidden_size=32, intermediate_size=64,
+        num_layers=2, num_heads=4, num_kv_heads=2, max_position_embeddings=1024,
+    ),
+    prompt_words=30, rules_words=10, max_new_tokens=8, batches=(1, 2, 4),
+    batch1_games=2, invariance_games=4, samples=16, max_length=96, score_batch=4,
+    agreement_samples=8, train_batch=2, train_accum=2, train_steps=2,
+    attention_shape=(4, 2, 64, 16, 3),
+)  # fmt: skip
+
+
+class Recorder:
+    """Appends one JSON line per measurement to ``OUT/results.jsonl`` at once."""
+
+    def __init__(self, out: Path, step: str) -> None:
+        self.path = out / "results.jsonl"
+        self.step = step
+
+    def __call__(self, what: str, **data) -> None:
+        row = {"step": self.step, "what": what, "ok": True, **data}
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, default=str) + "\n")
+        print(json.dumps(row, default=str), flush=True)
+
+
+def _device(cpu: bool) -> str:
+    return "cpu" if cpu else "cuda"
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_reset(device: str) -> int:
+    import torch
+
+    if device != "cuda":
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
+def _peak_since(device: str, base: int) -> int | None:
+    import torch
+
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def _words(seed: int, n: int) -> str:
+    from spag.models.tiny import iter_corpus_text
+
+    vocab = sorted({w for t in iter_corpus_text([DATA / "demo_games.json"]) for w in t.split()})
+    rng = random.Random(seed)
+    return " ".join(rng.choice(vocab) for _ in range(n))
+
+
+def _prompts(sizes: Sizes, count: int) -> list[str]:
+    """Games' prompts: shared rules, then each game's own history."""
+    rules = _words(0, sizes.rules_words)
+    return [f"{rules}\n\n{_words(i + 1, sizes.prompt_words)}" for i in range(count)]
+
+
+# ---------------------------------------------------------------------------- steps
+
+
+def step_env(args: argparse.Namespace, rec: Recorder) -> None:
+    import torch
+
+    versions = {}
+    for name in ("torch", "transformers", "accelerate", "tokenizers", "safetensors",
+                 "huggingface-hub", "deepspeed", "peft", "numpy", "pyarrow", "pydantic"):  # fmt: skip
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    info = dict(
+        date=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        python=platform.python_version(),
+        versions=versions,
+        transformers_from=__import__("transformers").__file__,
+        cpus=os.cpu_count(),
+        cuda_build=torch.version.cuda,
+        cuda_available=torch.cuda.is_available(),
+    )
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        info.update(
+            gpu=props.name,
+            gpu_memory_gib=round(props.total_memory / 2**30, 1),
+            capability=f"{props.major}.{props.minor}",
+            multiprocessors=props.multi_processor_count,
+        )
+        for kernel in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "cudnn_sdp_enabled"):
+            with contextlib.suppress(AttributeError, RuntimeError):
+                info[kernel] = getattr(torch.backends.cuda, kernel)()
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            info["nvidia_smi"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm",
+                 "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=30,
+            ).stdout.strip()  # fmt: skip
+    rec("environment", **info)
+
+
+def step_models(args: argparse.Namespace, rec: Recorder) -> None:
+    import torch
+
+    from spag.models.tiny import build_tiny_model
+
+    corpus = sorted(p for p in DATA.glob("*") if p.suffix in (".json", ".yaml", ".txt"))
+    for name, shape in (("small", args.sizes.small), ("big", args.sizes.big)):
+        folder = args.work / name
+        start = time.perf_counter()
+        if not folder.is_dir():
+            build_tiny_model(corpus, folder, seed=0, **shape)
+        rec("built", model=name, seconds=round(time.perf_counter() - start, 1),
+            parameters=_parameters(folder), **shape)  # fmt: skip
+
+    # Loading: through host memory then .to(device), as the loaders do, against
+    # device_map (weights go straight to the card).
+    from transformers import AutoModelForCausalLM
+
+    device = _device(args.cpu)
+    for how in ("to_device", "device_map"):
+        _sync(device)
+        start = time.perf_counter()
+        kwargs = {"device_map": device} if how == "device_map" else {}
+        model = AutoModelForCausalLM.from_pretrained(
+            args.work / "big", dtype=torch.bfloat16, use_safetensors=True, **kwargs
+        )
+        if how == "to_device":
+            model = model.to(device)
+        _sync(device)
+        rec("load", model="big", how=how, seconds=round(time.perf_counter() - start, 2))
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _parameters(folder: Path) -> int:
+    from safetensors import safe_open
+
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with safe_open(path, "pt") as fh:
+            for key in fh.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                shape = fh.get_slice(key).get_shape()
+                total += _numel(shape)
+    return total
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _backend(args, model: str, dtype: str, batch: int):
+    from spag.generation.hf_backend import HFBackend
+
+    return HFBackend(
+        args.work / model,
+        prompt_format="raw",
+        trust_remote_code=False,
+        batch_size=batch,
+        dtype=dtype,
+        device=_device(args.cpu),
+        reuse_kv=False,
+    )
+
+
+def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
+    import torch
+
+    from spag.generation.settings import Sampling
+
+    sizes, device = args.sizes, _device(args.cpu)
+    dtype = "float32" if args.cpu else "bfloat16"
+    start = time.perf_counter()
+    backend = _backend(args, "big", dtype, 1)
+    _sync(device)
+    rec("load", model="big", dtype=dtype, seconds=round(time.perf_counter() - start, 2))
+    sampling = Sampling(max_new_tokens=sizes.max_new_tokens)  # self-play's defaults
+    games = _prompts(sizes, max(sizes.batches))
+    backend.generate(games[:2], sampling, seed=0, game_ids=["w0", "w1"])  # warm-up
+    for batch in sizes.batches:
+        count = sizes.batch1_games if batch == 1 else batch
+        backend.batch_size = batch
+        before = dict(backend.stats)
+        base = _peak_reset(device)
+        _sync(device)
+        start = time.perf_counter()
+        replies = backend.generate(
+            games[:count], sampling, seed=1, game_ids=[f"g{i}" for i in range(count)]
+        )
+        _sync(device)
+        seconds = time.perf_counter() - start
+        tokens = sum(r.num_tokens for r in replies)
+        prompt_tokens = backend.stats["prompt_tokens"] - before["prompt_tokens"]
+        longest = max(
+            len(backend.encoder.encode([g], backend.max_length)[0][0]) for g in games[:count]
+        )
+        estimate = backend.row_bytes(longest, sizes.max_new_tokens)
+        peak = _peak_since(device, base)
+        rec(
+            "batch",
+            batch=batch,
+            games=count,
+            seconds=round(seconds, 3),
+            new_tokens=tokens,
+            tokens_per_s=round(tokens / seconds, 1),
+            prompt_tokens_mean=round(prompt_tokens / count, 1),
+            longest_prompt=longest,
+            peak_bytes=peak,
+            peak_bytes_per_row=None if peak is None else peak // min(batch, count),
+            estimate_bytes_per_row=estimate,
+            kv_bytes_per_token=backend._kv_bytes_per_token,
+            estimate_over_peak=None if not peak else round(estimate * min(batch, count) / peak, 3),
+        )
+
+    # The sampler alone at the largest batch: a draw per row (one kernel each) against
+    # one draw for the batch.
+    batch = max(sizes.batches)
+    vocab = backend.model.config.vocab_size
+    logits = torch.randn(batch, vocab, device=device)
+    generators = [backend._generator(i) for i in range(batch)]
+    reps = 20
+    for how in ("per_row", "one_draw"):
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(reps):
+            if how == "per_row":
+                backend._pick(logits, sampling, generators)
+            else:
+                probs = torch.softmax(torch.topk(logits / sampling.temperature, 50).values, -1)
+                (probs / torch.empty_like(probs).exponential_(generator=generators[0])).argmax(-1)
+        _sync(device)
+        rec(
+            "sampler",
+            how=how,
+            batch=batch,
+            ms_per_step=round(1e3 * (time.perf_counter() - start) / reps, 3),
+        )
+
+
+def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
+    from spag.generation.settings import Sampling
+
+    sizes = args.sizes
+    games = _prompts(sizes, sizes.invariance_games)
+    ids = [f"g{i}" for i in range(len(games))]
+    dtypes = ("float32",) if args.cpu else ("float32", "bfloat16")
+    for model in ("small", "big"):
+        for dtype in dtypes:
+            backend = _backend(args, model, dtype, 1)
+            for mode in ("greedy", "seeded"):
+                sampling = Sampling(max_new_tokens=sizes.max_new_tokens, greedy=mode == "greedy")
+                replies = {}
+                for batch in (1, len(games)):
+                    backend.batch_size = batch
+                    replies[batch] = backend.generate(games, sampling, seed=7, game_ids=ids)
+                one, many = replies[1], replies[len(games)]
+                rec(
+                    "batch_1_vs_n",
+                    model=model,
+                    dtype=dtype,
+                    mode=mode,
+                    games=len(games),
+                    batch=len(games),
+                    differing_replies=sum(a.text != b.text for a, b in zip(one, many, strict=True)),
+                    differing_lengths=sum(
+                        a.num_tokens != b.num_tokens for a, b in zip(one, many, strict=True)
+                    ),
+                )
+            del backend
+
+
+def _samples(sizes: Sizes, path: Path) -> Path:
+    """Game and SFT rows with queries up to about max_length tokens."""
+    import pyarrow as pa
+
+    from spag.data.tables import SAMPLE_SCHEMA, write_parquet
+
+    rng = random.Random(0)
+    rows = []
+    top = max(8, int(sizes.max_length * 0.6))
+    for i in range(sizes.samples):
+        query = _words(1000 + i, rng.randint(4, top))
+        target = _words(5000 + i, rng.randint(4, max(8, sizes.max_length // 16)))
+        sft = i % 4 == 3
+        rows.append(dict(
+            type="sft" if sft else "game", role=None if sft else rng.choice(["attacker", "defender"]),
+            episode_id=None if sft else f"ep{i}", turn=None if sft else i % 5, query=query,
+            target=target, reward=1.0 if sft else rng.uniform(0.1, 0.6),
+            weight=1.0 if sft else rng.uniform(0.5, 1.5),
+        ))  # fmt: skip
+    write_parquet(pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA), path)
+    return path
+
+
+def _features(model_dir: Path, samples: Path, max_length: int):
+    from transformers import AutoTokenizer
+
+    from spag.data.tables import read_parquet
+    from spag.training.collate import build_features, check_sample_table, pad_token_id
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    table = check_sample_table(read_parquet(samples, "samples"), samples, need_ref=False)
+    features, _ = build_features(
+        table, tokenizer, max_length, samples, with_ref=False, prompt_format="raw"
+    )
+    return features, pad_token_id(tokenizer)
+
+
+def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
+    import torch
+
+    from spag.training.packing import use_packed_attention
+    from spag.training.scoring import load_model_and_tokenizer, score_features, score_file
+
+    sizes, device = args.sizes, _device(args.cpu)
+    samples = _samples(sizes, args.work / "samples.parquet")
+    features, pad = _features(args.work / "big", samples, sizes.max_length)
+    tokens = sum(len(f["input_ids"]) for f in features)
+    for dtype in ("float32", "bfloat16"):
+        model, _ = load_model_and_tokenizer(args.work / "big", dtype=dtype)
+        model.to(device)
+        for packed in (False, True):
+            if packed:
+                use_packed_attention(model)
+            score_features(
+                model, features[: sizes.score_batch], pad, sizes.score_batch, device, packed
+            )
+            base = _peak_reset(device)
+            start = time.perf_counter()
+            score_features(model, features, pad, sizes.score_batch, device, packed)
+            _sync(device)
+            seconds = time.perf_counter() - start
+            rec("throughput", model="big", dtype=dtype, packed=packed, samples=len(features),
+                tokens=tokens, seconds=round(seconds, 3), tokens_per_s=round(tokens / seconds),
+                peak_bytes=_peak_since(device, base))  # fmt: skip
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        # The scored files training reads (packed, as training's padding_free default).
+        start = time.perf_counter()
+        score_file(args.work / "big", samples, args.work / f"scored_{dtype}.parquet",
+                   batch_size=sizes.score_batch, max_length=sizes.max_length, dtype=dtype,
+                   prompt_format="raw", device=device, padding_free=True)  # fmt: skip
+        rec("score_file", model="big", dtype=dtype, seconds=round(time.perf_counter() - start, 2))
+
+    # Agreement: the small model's sequence log-probs on this device against the CPU's.
+    small = args.work / "small"
+    agreement = _features(small, samples, sizes.max_length)
+    feats, pad = agreement[0][: sizes.agreement_samples], agreement[1]
+    reference, _ = load_model_and_tokenizer(small, dtype="float32")
+    use_packed_attention(reference)
+    cpu_lp = torch.tensor(score_features(reference, feats, pad, sizes.score_batch, "cpu", True))
+    for dtype in ("float32", "bfloat16"):
+        model, _ = load_model_and_tokenizer(small, dtype=dtype)
+        use_packed_attention(model)
+        model.to(device)
+        lp = torch.tensor(score_features(model, feats, pad, sizes.score_batch, device, True))
+        diff = (lp - cpu_lp).abs()
+        rec("against_cpu_fp32", model="small", device=device, dtype=dtype, samples=len(feats),
+            max_abs=float(diff.max()), mean_abs=float(diff.mean()),
+            mean_abs_logprob=float(cpu_lp.abs().mean()),
+            max_rel=float((diff / cpu_lp.abs()).max()))  # fmt: skip
+
+    # fp32 attention with grouped queries (the packed path's enable_gqa) against the
+    # key/value heads expanded to the query heads.
+    heads, kv_heads, length, dim, reps = sizes.attention_shape
+    for dtype in (torch.float32, torch.bfloat16):
+        q = torch.randn(1, heads, length, dim, device=device, dtype=dtype)
+        k = torch.randn(1, kv_heads, length, dim, device=device, dtype=dtype)
+        v = torch.randn_like(k)
+        for how in ("enable_gqa", "expanded"):
+
+            def run(how=how, q=q, k=k, v=v):
+                if how == "expanded":  # the expansion is part of the cost
+                    group = heads // kv_heads
+                    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, is_causal=True, enable_gqa=how == "enable_gqa"
+                )
+
+            run()
+            base = _peak_reset(device)
+            start = time.perf_counter()
+            for _ in range(reps):
+                run()
+            _sync(device)
+            rec("gqa_attention", dtype=str(dtype).removeprefix("torch."), how=how,
+                shape=[heads, kv_heads, length, dim],
+                ms=round(1e3 * (time.perf_counter() - start) / reps, 3),
+                peak_bytes=_peak_since(device, base))  # fmt: skip
+
+
+# Training's pairings: (name, spag train flags, the scores' dtype). On the CPU, bf16
+# goes only through autocast (the Trainer refuses bf16 with DeepSpeed there).
+PAIRINGS = (
+    ("fp32", [], "float32"),
+    ("zero3_bf16", ["--bf16", "--deepspeed", "zero3"], "bfloat16"),
+    ("zero3_bf16_fp32_scores", ["--bf16", "--deepspeed", "zero3"], "float32"),
+    ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
+    ("zero3_offload_bf16", ["--bf16", "--deepspeed", "zero3_offload"], "bfloat16"),
+)
+CPU_PAIRINGS = (
+    ("fp32", [], "float32"),
+    ("zero3_fp32", ["--deepspeed", "zero3"], "float32"),
+    ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
+)
+
+
+def step_training(args: argparse.Namespace, rec: Recorder) -> None:
+    sizes = args.sizes
+    pairings = CPU_PAIRINGS if args.cpu else PAIRINGS
+    if args.pairings:
+        pairings = [p for p in pairings if p[0] in args.pairings]
+    for name, flags, scores in pairings:
+        folder = args.work / f"train_{name}"
+        cmd = [
+            sys.executable, __file__, "train-one", "--out", str(args.out), "--work", str(args.work),
+            *(["--cpu"] if args.cpu else []), "--name", name, "--scores", scores, "--",
+            "train", "--model", str(args.work / "big"),
+            "--samples", str(args.work / f"scored_{scores}.parquet"),
+            "--output", str(folder / "model"), "--checkpoint-dir", str(folder / "ckpt"),
+            "--loss-log", str(folder / "loss.tsv"), "--max-length", str(sizes.max_length),
+            "--prompt-format", "raw", "--method", "offline_po",
+            "--per-device-batch-size", str(sizes.train_batch),
+            "--gradient-accumulation-steps", str(sizes.train_accum),
+            "--max-steps", str(sizes.train_steps), "--learning-rate", "1e-6",
+            "--warmup-ratio", "0", "--save-steps", "100000", "--device", _device(args.cpu),
+            *flags,
+        ]  # fmt: skip
+        start = time.perf_counter()
+        try:
+            rc = subprocess.run(cmd, check=False, timeout=args.step_limit).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        if rc != 0:
+            rec(
+                "pairing", name=name, ok=False, rc=rc, seconds=round(time.perf_counter() - start, 1)
+            )
+
+
+class _StepClock:
+    """Optimizer-step wall times (synchronised), as a Trainer callback."""
+
+    def __init__(self, device: str) -> None:
+        self.device, self.times, self._start = device, [], 0.0
+
+    def on_step_begin(self, *a, **k):
+        _sync(self.device)
+        self._start = time.perf_counter()
+
+    def on_step_end(self, *a, **k):
+        _sync(self.device)
+        self.times.append(time.perf_counter() - self._start)
+
+
+def train_one(args: argparse.Namespace, rec: Recorder, spag_args: list[str]) -> None:
+    """``spag train`` in this process, with a step clock and the peak memory read after."""
+    import torch
+    from transformers import TrainerCallback
+
+    import spag.training.trainer as trainer_module
+    from spag.cli import main
+
+    device = _device(args.cpu)
+    clock = type("StepClock", (_StepClock, TrainerCallback), {})(device)
+    original = trainer_module.SpagTrainer.__init__
+
+    def with_clock(self, *a, **k):
+        original(self, *a, **k)
+        self.add_callback(clock)
+
+    trainer_module.SpagTrainer.__init__ = with_clock
+    base = _peak_reset(device)
+    start = time.perf_counter()
+    rc = main(spag_args)
+    seconds = time.perf_counter() - start
+    if rc != 0:
+        rec("pairing", name=args.name, ok=False, rc=rc, process_seconds=round(seconds, 1))
+        return
+    out = Path(spag_args[spag_args.index("--loss-log") + 1])
+    with out.open() as fh:
+        first = next(csv.DictReader(fh, delimiter="\t"))
+    rec(
+        "pairing",
+        name=args.name,
+        scores=args.scores,
+        rc=rc,
+        process_seconds=round(seconds, 1),
+        step_seconds=[round(t, 3) for t in clock.times],
+        peak_bytes=_peak_since(device, base),
+        peak_reserved_bytes=torch.cuda.max_memory_reserved() if device == "cuda" else None,
+        first_step={
+            k: first.get(k) for k in ("loss", "kl", "ratio_mean", "ratio_min", "ratio_max")
+        },
+    )
+
+
+STEPS = {
+    "env": step_env,
+    "models": step_models,
+    "generation": step_generation,
+    "invariance": step_invariance,
+    "scoring": step_scoring,
+    "training": step_training,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    spag_args: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, spag_args = argv[:at], argv[at + 1 :]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("step", choices=[*STEPS, "train-one"])
+    p.add_argument("--out", required=True, type=Path, help="results folder")
+    p.add_argument("--work", required=True, type=Path, help="models and samples")
+    p.add_argument("--cpu", action="store_true", help="toy sizes on the CPU")
+    p.add_argument("--pairings", nargs="*", default=None, help="training pairings to run")
+    p.add_argument("--step-limit", type=int, default=600, help="seconds per training pairing")
+    p.add_argument("--name", help=argparse.SUPPRESS)
+    p.add_argument("--scores", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.sizes = CPU if args.cpu else GPU
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    sys.path.insert(0, str(REPO / "workflow_scripts"))
+    if args.step == "train-one":
+        train_one(args, Recorder(args.out, "training"), spag_args)
+        return 0
+    if not args.cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("no CUDA device: run with --cpu for the toy sizes", file=sys.stderr)
+            return 2
+    STEPS[args.step](args, Recorder(args.out, args.step))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
