@@ -312,7 +312,7 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
             peak_bytes=peak,
             peak_bytes_per_row=None if peak is None else peak // min(batch, count),
             estimate_bytes_per_row=estimate,
-            kv_bytes_per_token=backend._kv_bytes_per_token,
+            kv_bytes_per_token=backend._memory.kv_bytes_per_token,
             estimate_over_peak=None if not peak else round(estimate * min(batch, count) / peak, 3),
         )
 
@@ -412,31 +412,37 @@ def _features(model_dir: Path, samples: Path, max_length: int):
 
 def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
     import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from spag.training.packing import use_packed_attention
     from spag.training.scoring import load_model_and_tokenizer, score_features, score_file
+
+    no_cudnn = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
     sizes, device = args.sizes, _device(args.cpu)
     samples = _samples(sizes, args.work / "samples.parquet")
     features, pad = _features(args.work / "big", samples, sizes.max_length)
     tokens = sum(len(f["input_ids"]) for f in features)
     for dtype in ("float32", "bfloat16"):
-        model, _ = load_model_and_tokenizer(args.work / "big", dtype=dtype)
-        model.to(device)
+        model, _ = load_model_and_tokenizer(args.work / "big", dtype=dtype, device=device)
         for packed in (False, True):
             if packed:
                 use_packed_attention(model)
             score_features(
                 model, features[: sizes.score_batch], pad, sizes.score_batch, device, packed
             )
-            base = _peak_reset(device)
-            start = time.perf_counter()
-            score_features(model, features, pad, sizes.score_batch, device, packed)
-            _sync(device)
-            seconds = time.perf_counter() - start
-            rec("throughput", model="big", dtype=dtype, packed=packed, samples=len(features),
-                tokens=tokens, seconds=round(seconds, 3), tokens_per_s=round(tokens / seconds),
-                peak_bytes=_peak_since(device, base))  # fmt: skip
+            for kernels in ("default", "no_cudnn"):
+                ctx = contextlib.nullcontext() if kernels == "default" else sdpa_kernel(no_cudnn)
+                base = _peak_reset(device)
+                start = time.perf_counter()
+                with ctx:
+                    score_features(model, features, pad, sizes.score_batch, device, packed)
+                _sync(device)
+                seconds = time.perf_counter() - start
+                rec("throughput", model="big", dtype=dtype, packed=packed, kernels=kernels,
+                    samples=len(features), tokens=tokens, seconds=round(seconds, 3),
+                    tokens_per_s=round(tokens / seconds),
+                    peak_bytes=_peak_since(device, base))  # fmt: skip
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -455,15 +461,40 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
     use_packed_attention(reference)
     cpu_lp = torch.tensor(score_features(reference, feats, pad, sizes.score_batch, "cpu", True))
     for dtype in ("float32", "bfloat16"):
-        model, _ = load_model_and_tokenizer(small, dtype=dtype)
+        model, _ = load_model_and_tokenizer(small, dtype=dtype, device=device)
         use_packed_attention(model)
-        model.to(device)
         lp = torch.tensor(score_features(model, feats, pad, sizes.score_batch, device, True))
         diff = (lp - cpu_lp).abs()
         rec("against_cpu_fp32", model="small", device=device, dtype=dtype, samples=len(feats),
             max_abs=float(diff.max()), mean_abs=float(diff.mean()),
             mean_abs_logprob=float(cpu_lp.abs().mean()),
             max_rel=float((diff / cpu_lp.abs()).max()))  # fmt: skip
+
+    # Attention in bf16 over many distinct lengths (a packed batch's samples): with
+    # torch's choice of kernel, and with cuDNN's left out (it plans each new shape).
+    heads, kv_heads, length, dim, _ = sizes.attention_shape
+    lengths = [length // 4 + 7 * i for i in range(64)]
+    for how, backends in (("default", None), ("no_cudnn", no_cudnn)):
+        for rnd in ("new_lengths", "same_lengths_again"):
+            qs = [
+                torch.randn(1, heads, n, dim, device=device, dtype=torch.bfloat16) for n in lengths
+            ]
+            ks = [
+                torch.randn(1, kv_heads, n, dim, device=device, dtype=torch.bfloat16)
+                for n in lengths
+            ]
+            ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
+            _sync(device)
+            start = time.perf_counter()
+            with ctx:
+                for q, k in zip(qs, ks, strict=True):
+                    torch.nn.functional.scaled_dot_product_attention(
+                        q, k, k, is_causal=True, enable_gqa=True
+                    )
+            _sync(device)
+            rec("sdpa_many_lengths", how=how, round=rnd, calls=len(lengths),
+                ms_per_call=round(1e3 * (time.perf_counter() - start) / len(lengths), 3))  # fmt: skip
+        lengths = [n + 1 for n in lengths]  # the next kernel choice meets new shapes again
 
     # fp32 attention with grouped queries (the packed path's enable_gqa) against the
     # key/value heads expanded to the query heads.

@@ -34,6 +34,19 @@ def test_cpu_stays_cpu_and_auto_falls_back():
         select_device("tpu", "step")
 
 
+def test_a_cuda_process_runs_attention_without_cudnn(monkeypatch):
+    # cuDNN's attention plans every new shape (67 ms a call on an H200): a process that
+    # gets CUDA leaves it out of SDPA's kernels.
+    monkeypatch.setattr("spag.ops.device.cuda_problem", lambda probe=True: None)
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        assert select_device("cuda", "spag score-ref") == "cuda"
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 @needs_no_cuda
 def test_cuda_without_cuda_names_both_versions_and_the_setting():
     with pytest.raises(SpagInputError) as err:

@@ -351,6 +351,34 @@ def test_hf_game_replies_do_not_depend_on_the_other_games_of_the_batch(tiny_mode
     assert other != together
 
 
+def test_row_memory_counts_activations_and_scores_only_where_stored():
+    from transformers import LlamaConfig
+
+    from spag.generation.hf_backend import RowMemory
+
+    # Llama-2-7B in bf16, 1.5k-token prompts, 256 new tokens, kept keys/values.
+    config = LlamaConfig(
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32
+    )
+    kv_cache = (2 * 1500 + 256) * 2 * 32 * 32 * 128 * 2
+    fused = RowMemory.of(config, 2, fused_attention=True).row_bytes(1500, 256, reuse_kv=True)
+    stored = RowMemory.of(config, 2, fused_attention=False).row_bytes(1500, 256, reuse_kv=True)
+    assert kv_cache / 2**30 == pytest.approx(1.59, abs=0.01)
+    # CUDA's fused kernels: the cache and the prompt pass's activations, no scores.
+    assert fused == kv_cache + 1500 * (3 * 11008 + 4 * 4096) * 2
+    assert fused / kv_cache < 1.1
+    # Where scores are stored (CPU, eager attention): float32, every head, every pair.
+    assert stored == fused + (2 * 1500 + 256) * 32 * 4 * 1500
+    # The 0.85B model of the GPU check (H200, batch 128, 1298-token prompts, 64 new
+    # tokens): measured 96.3 MB a row; the estimate stays above it by less than a fifth.
+    check = LlamaConfig(
+        hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16,
+        num_key_value_heads=4,
+    )  # fmt: skip
+    estimate = RowMemory.of(check, 2, fused_attention=True).row_bytes(1298, 64, reuse_kv=False)
+    assert 1.0 < estimate / 96_323_380 < 1.2
+
+
 def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
     whole = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256)
     longest = max(len(ids) for ids, _ in whole.encoder.encode(PROMPTS, 256))

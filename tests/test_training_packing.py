@@ -11,6 +11,7 @@ from spag.training.losses import IGNORE_INDEX, offline_po_loss
 from spag.training.packing import (
     PACKED_ATTENTION,
     PackedCollator,
+    expand_kv_heads,
     packed_sequence_logprobs,
     use_packed_attention,
 )
@@ -53,6 +54,20 @@ def test_a_model_that_bypasses_the_attention_interface_is_refused(monkeypatch):
     monkeypatch.setattr(type(model), "set_attn_implementation", lambda self, name: None)
     with pytest.raises(SpagInputError, match="padding_free: false"):
         use_packed_attention(model)
+
+
+def test_expanded_kv_heads_give_grouped_query_attention():
+    # float32 on CUDA takes this path (the fused kernels take enable_gqa in half precision
+    # only); it must be the same attention.
+    q = torch.randn(1, 8, 12, 16)
+    k, v = torch.randn(1, 2, 12, 16), torch.randn(1, 2, 12, 16)
+    grouped = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, is_causal=True, enable_gqa=True
+    )
+    ek, ev = expand_kv_heads(k, v, 8)
+    assert ek.shape == (1, 8, 12, 16)
+    expanded = torch.nn.functional.scaled_dot_product_attention(q, ek, ev, is_causal=True)
+    torch.testing.assert_close(expanded, grouped)
 
 
 def test_no_token_by_token_mask_is_built_for_a_packed_row():

@@ -96,8 +96,10 @@ class Listener:
         from spag.models.rendering import PromptRenderer
         from spag.training.scoring import load_model_and_tokenizer
 
-        self.model, self.tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
-        self.model.to(device).eval()
+        self.model, self.tokenizer = load_model_and_tokenizer(
+            model_dir, dtype, trust_remote_code, device
+        )
+        self.model.eval()
         self.device = device
         self.renderer = PromptRenderer(self.tokenizer, prompt_format, source=str(model_dir))
 

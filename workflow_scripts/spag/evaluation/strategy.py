@@ -60,8 +60,8 @@ def read_strategy(
     from spag.models.rendering import PromptRenderer
     from spag.training.scoring import load_model_and_tokenizer
 
-    model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
-    model.to(device).eval()
+    model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code, device)
+    model.eval()
     renderer = PromptRenderer(tokenizer, prompt_format, source=str(model_dir))
     queries, targets, where = [], [], []
     for infoset in game.infosets:

@@ -188,11 +188,26 @@ def cuda_problem(probe: bool = True) -> str | None:
     return None
 
 
+def use_unplanned_attention() -> None:
+    """Leave cuDNN's attention out of torch's SDPA kernels in this process.
+
+    In bf16 on Hopper torch picks cuDNN's attention, which builds a plan for every new
+    shape: 67 ms a call on an H200 against 0.05 ms for the flash kernel. Packed samples
+    and generation's sub-batches bring new shapes at nearly every call; without cuDNN,
+    bf16 reference scoring ran 21x faster packed and 4x faster padded
+    (perf/results/gpu/2026-11-27-h200-run2).
+    """
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def select_device(requested: str | None, step: str, probe: bool = True) -> str:
     """``cuda`` or ``cpu`` for ``requested`` (``auto``, ``cuda``, ``cpu``; None: auto).
 
     ``cuda`` without working CUDA is a :class:`SpagInputError` naming the versions and
-    the setting to change. ``probe``: see :func:`cuda_problem`.
+    the setting to change. ``probe``: see :func:`cuda_problem`. A process that gets
+    ``cuda`` runs attention without cuDNN's (:func:`use_unplanned_attention`).
     """
     requested = requested or "auto"
     if requested not in DEVICES:
@@ -201,6 +216,7 @@ def select_device(requested: str | None, step: str, probe: bool = True) -> str:
         return "cpu"
     problem = cuda_problem(probe)
     if problem is None:
+        use_unplanned_attention()
         return "cuda"
     if requested == "auto":
         return "cpu"

@@ -103,17 +103,27 @@ def load_model_and_tokenizer(
     model_dir: str | os.PathLike,
     dtype: str = ScoringSettings.dtype,
     trust_remote_code: bool = ScoreRefConfig.trust_remote_code,
+    device=None,
 ):
-    """Load a causal LM (safetensors only) and its tokenizer from a local folder."""
+    """Load a causal LM (safetensors only) and its tokenizer from a local folder, onto
+    ``device`` (a GPU's weights go straight onto it, not through host memory)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     root = Path(model_dir)
     if not (root / "config.json").is_file():
         raise SpagInputError(f"{root}: not a model folder (no config.json)")
+    on_gpu = device is not None and torch.device(device).type == "cuda"
     tokenizer = AutoTokenizer.from_pretrained(root, trust_remote_code=trust_remote_code)
     model = AutoModelForCausalLM.from_pretrained(
-        root, dtype=torch_dtype(dtype), use_safetensors=True, trust_remote_code=trust_remote_code
+        root,
+        dtype=torch_dtype(dtype),
+        use_safetensors=True,
+        trust_remote_code=trust_remote_code,
+        device_map=str(torch.device(device)) if on_gpu else None,
     )
+    if device is not None and not on_gpu:
+        model.to(device)
     return model, tokenizer
 
 
@@ -219,8 +229,7 @@ def score_file(
     table = check_sample_table(read_parquet(samples, "samples"), samples, need_ref=False)
     check_model_dir(model_dir)
     identity = model_identity(model_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code)
-    model.to(device)
+    model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code, device)
     if padding_free:
         from spag.training.packing import use_packed_attention
 
