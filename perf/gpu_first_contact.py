@@ -532,6 +532,7 @@ PAIRINGS = (
     ("zero3_bf16", ["--bf16", "--deepspeed", "zero3"], "bfloat16"),
     ("zero3_bf16_fp32_scores", ["--bf16", "--deepspeed", "zero3"], "float32"),
     ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
+    ("zero3_bf16_fp32_grads", ["--bf16", "--deepspeed", "zero3_fp32_grads"], "bfloat16"),
     ("zero3_offload_bf16", ["--bf16", "--deepspeed", "zero3_offload"], "bfloat16"),
 )
 CPU_PAIRINGS = (

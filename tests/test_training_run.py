@@ -149,6 +149,33 @@ def test_shipped_deepspeed_configs():
         resolve_deepspeed("zero2")
 
 
+@pytest.mark.parametrize("base", ["zero3", "zero3_offload"])
+def test_fp32_gradient_configs_are_their_base_with_fp32_accumulation(base):
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    from spag.training.run import resolve_deepspeed
+
+    config = json.loads(Path(resolve_deepspeed(f"{base}_fp32_grads")).read_text())
+    assert config.pop("data_types") == {"grad_accum_dtype": "fp32"}
+    assert config == json.loads(Path(resolve_deepspeed(base)).read_text())
+    # DeepSpeed reads it so (ZeRO-3 takes its accumulation dtype from here), the Trainer's
+    # "auto" values filled in as it would.
+    filled = json.loads(
+        Path(resolve_deepspeed(f"{base}_fp32_grads")).read_text().replace('"auto"', "null")
+    )
+    filled.update(
+        bf16={"enabled": True}, fp16={"enabled": False}, train_micro_batch_size_per_gpu=2,
+        gradient_accumulation_steps=4, train_batch_size=8, gradient_clipping=1.0,
+    )  # fmt: skip
+    for key in ("reduce_bucket_size", "stage3_prefetch_bucket_size"):
+        filled["zero_optimization"].pop(key)
+    filled["zero_optimization"].pop("stage3_param_persistence_threshold")
+    if "optimizer" in filled:
+        filled["optimizer"]["params"] = {"lr": 1e-5}
+    read = DeepSpeedConfig(filled)
+    assert read.grad_accum_dtype == "fp32" and read.zero_optimization_stage == 3
+
+
 def test_trimmed_logits_give_the_same_logprobs(tiny_model_dir):
     import torch
 

@@ -13,7 +13,13 @@ DEEPSPEED_DIR = Path(__file__).resolve().parents[1] / "deepspeed"
 
 
 def resolve_deepspeed(name: str | None) -> str | None:
-    """``zero3_offload`` / ``zero3`` (shipped configs), a JSON path, or None for ``none``."""
+    """A shipped config's name, a JSON path, or None for ``none``.
+
+    Shipped: ``zero3_offload`` and ``zero3`` (under bf16, gradients are accumulated and
+    averaged in bf16, as the research code did), and ``zero3_fp32_grads`` and
+    ``zero3_offload_fp32_grads`` (the same with ``data_types.grad_accum_dtype: fp32``:
+    ZeRO-3 then accumulates and averages the gradient partitions in fp32).
+    """
     if name in (None, "", "none"):
         return None
     shipped = DEEPSPEED_DIR / f"{name}.json"

@@ -62,7 +62,11 @@ class StageSettings:
     gradient_checkpointing: bool = opt(
         False, "recompute activations in the backward pass", arg="activation_checkpointing"
     )
-    deepspeed: str | None = opt(None, "zero3_offload | zero3 | a JSON config path | none", arg=None)
+    deepspeed: str | None = opt(
+        None,
+        "zero3_offload | zero3 | zero3_fp32_grads | zero3_offload_fp32_grads | a JSON path | none",
+        arg=None,
+    )
     save_steps: int = opt(100, "trainer checkpoint every K steps (for resume)")
     logging_steps: int = opt(1, "loss log row every K steps")
     group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
