@@ -41,7 +41,9 @@ def test_single_process_has_no_launcher(gpus):
 @pytest.mark.parametrize("gpus", [2, 4, 8])
 def test_one_node_starts_one_process_per_gpu(gpus):
     words = shlex.split(torchrun_prefix(gpus, 1))
-    assert words[0] == "torchrun"
+    # The GPUs leased first where no scheduler chose them (spag.ops.gpu_lease).
+    assert words[:3] == ["spag", "gpu-lease", str(gpus)]
+    assert words[3] == "torchrun"
     assert "--standalone" in words
     assert "--no-python" in words  # the rule's command is `spag train`, not a script
     assert _flag(words, "--nproc_per_node") == str(gpus)
@@ -94,7 +96,8 @@ def test_cpu_nodes_ask_for_no_gpus():
 def test_one_node_ranks_share_the_cpus(gpus, cpus, threads):
     # torchrun alone would give every rank OMP_NUM_THREADS=1
     words = shlex.split(torchrun_prefix(gpus, 1, cpus))
-    assert words[:3] == ["env", f"OMP_NUM_THREADS={threads}", "torchrun"]
+    assert words[:2] == ["env", f"OMP_NUM_THREADS={threads}"]
+    assert words[2:6] == ["spag", "gpu-lease", str(gpus), "torchrun"]
     assert torchrun_prefix(1, 1, cpus) == ""
 
 

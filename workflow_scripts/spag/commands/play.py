@@ -112,7 +112,12 @@ def run(args: argparse.Namespace) -> int:
         # vLLM's engine process takes the GPU: nothing here may initialise CUDA before
         # it starts (probe=False checks by NVML; see spag.ops.device.cuda_problem).
         device = (
-            select_device(c.device, "spag play", probe=c.backend != "vllm")
+            select_device(
+                c.device,
+                "spag play",
+                probe=c.backend != "vllm",
+                gpus=c.tensor_parallel_size if c.backend == "vllm" else 1,
+            )
             if local_engines
             else None
         )

@@ -101,7 +101,11 @@ def torchrun_prefix(
     if nodes == 1:
         if procs == 1:
             return ""
-        return f"{_omp(cpus, procs)}torchrun --no-python --standalone --nproc_per_node {procs}"
+        # The GPUs leased first where no scheduler chose them (spag.ops.gpu_lease).
+        return (
+            f"{_omp(cpus, procs)}spag gpu-lease {procs} "
+            f"torchrun --no-python --standalone --nproc_per_node {procs}"
+        )
     return srun_torchrun_prefix(gpus, nodes, cpus, port)
 
 

@@ -202,18 +202,23 @@ def use_unplanned_attention() -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)
 
 
-def select_device(requested: str | None, step: str, probe: bool = True) -> str:
+def select_device(requested: str | None, step: str, probe: bool = True, gpus: int = 1) -> str:
     """``cuda`` or ``cpu`` for ``requested`` (``auto``, ``cuda``, ``cpu``; None: auto).
 
     ``cuda`` without working CUDA is a :class:`SpagInputError` naming the versions and
     the setting to change. ``probe``: see :func:`cuda_problem`. A process that gets
-    ``cuda`` runs attention without cuDNN's (:func:`use_unplanned_attention`).
+    ``cuda`` runs attention without cuDNN's (:func:`use_unplanned_attention`). Before
+    CUDA starts, a job whose GPUs nobody chose leases ``gpus`` of the machine's
+    (:func:`spag.ops.gpu_lease.claim_local_gpus`).
     """
     requested = requested or "auto"
     if requested not in DEVICES:
         raise SpagInputError(f"--device must be one of {', '.join(DEVICES)}, got {requested!r}")
     if requested == "cpu":
         return "cpu"
+    from spag.ops.gpu_lease import claim_local_gpus
+
+    claim_local_gpus(gpus, step)
     problem = cuda_problem(probe)
     if problem is None:
         use_unplanned_attention()
