@@ -101,6 +101,20 @@ CPU = Sizes(
 )  # fmt: skip
 
 
+@contextlib.contextmanager
+def _cudnn_allowed(inner):
+    """cuDNN's attention switched back on (the pipeline turns it off) inside ``inner``."""
+    import torch
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    try:
+        with inner:
+            yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
+
+
 class Recorder:
     """Appends one JSON line per measurement to ``OUT/results.jsonl`` at once."""
 
@@ -342,6 +356,7 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
 
 
 def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
+    from spag.generation.base import Reply
     from spag.generation.settings import Sampling
 
     sizes = args.sizes
@@ -351,6 +366,12 @@ def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
     for model in ("small", "big"):
         for dtype in dtypes:
             backend = _backend(args, model, dtype, 1)
+            # Compare token ids, not text: ids of the padded vocabulary rows decode to
+            # nothing, so texts could agree where the tokens differ.
+            backend._reply = lambda tokens, truncated: Reply(
+                text=" ".join(map(str, tokens)), num_tokens=len(tokens),
+                finished_by_eos=False, prompt_truncated=truncated,
+            )  # fmt: skip
             for mode in ("greedy", "seeded"):
                 sampling = Sampling(max_new_tokens=sizes.max_new_tokens, greedy=mode == "greedy")
                 replies = {}
@@ -417,7 +438,16 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
     from spag.training.packing import use_packed_attention
     from spag.training.scoring import load_model_and_tokenizer, score_features, score_file
 
+    # Explicit kernel sets: the pipeline leaves cuDNN's out in CUDA processes
+    # (spag.ops.device.use_unplanned_attention, e.g. through score_file below), so
+    # torch's own choice must be asked for with cuDNN's included.
     no_cudnn = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    with_cudnn = [SDPBackend.CUDNN_ATTENTION, *no_cudnn]
+
+    def kernels_ctx(kernels: str):
+        if kernels == "no_cudnn":
+            return sdpa_kernel(no_cudnn)
+        return _cudnn_allowed(sdpa_kernel(with_cudnn, set_priority=True))
 
     sizes, device = args.sizes, _device(args.cpu)
     samples = _samples(sizes, args.work / "samples.parquet")
@@ -431,8 +461,8 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
             score_features(
                 model, features[: sizes.score_batch], pad, sizes.score_batch, device, packed
             )
-            for kernels in ("default", "no_cudnn"):
-                ctx = contextlib.nullcontext() if kernels == "default" else sdpa_kernel(no_cudnn)
+            for kernels in ("cudnn_first", "no_cudnn"):
+                ctx = kernels_ctx(kernels)
                 base = _peak_reset(device)
                 start = time.perf_counter()
                 with ctx:
@@ -474,7 +504,7 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
     # torch's choice of kernel, and with cuDNN's left out (it plans each new shape).
     heads, kv_heads, length, dim, _ = sizes.attention_shape
     lengths = [length // 4 + 7 * i for i in range(64)]
-    for how, backends in (("default", None), ("no_cudnn", no_cudnn)):
+    for how in ("cudnn_first", "no_cudnn"):
         for rnd in ("new_lengths", "same_lengths_again"):
             qs = [
                 torch.randn(1, heads, n, dim, device=device, dtype=torch.bfloat16) for n in lengths
@@ -483,7 +513,7 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
                 torch.randn(1, kv_heads, n, dim, device=device, dtype=torch.bfloat16)
                 for n in lengths
             ]
-            ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
+            ctx = kernels_ctx(how)
             _sync(device)
             start = time.perf_counter()
             with ctx:
@@ -530,9 +560,9 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
 PAIRINGS = (
     ("fp32", [], "float32"),
     ("zero3_bf16", ["--bf16", "--deepspeed", "zero3"], "bfloat16"),
-    ("zero3_bf16_fp32_scores", ["--bf16", "--deepspeed", "zero3"], "float32"),
-    ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
     ("zero3_bf16_fp32_grads", ["--bf16", "--deepspeed", "zero3_fp32_grads"], "bfloat16"),
+    ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
+    ("zero3_bf16_fp32_scores", ["--bf16", "--deepspeed", "zero3"], "float32"),
     ("zero3_offload_bf16", ["--bf16", "--deepspeed", "zero3_offload"], "bfloat16"),
 )
 CPU_PAIRINGS = (

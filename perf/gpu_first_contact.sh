@@ -50,14 +50,14 @@ step() {
     "$([[ $rc == 0 ]] && echo true || echo false)" "$rc" "$(($(date +%s) - t0))" >>"$OUT/results.jsonl"
 }
 
-# About 8 minutes in all on an H100/H200 (the steps' limits add up to 570 s; the
-# first run took 395 s).
-step env 40
-step models 60
-step generation 90
-step invariance 90
-step scoring 90
-step training 200 --step-limit 120
+# The steps' limits add up to 580 s (run 1 on an H200 took 395 s in all, training 230 s
+# with its last pairing cut); the device's calls last 600 s at most.
+step env 30
+step models 50
+step generation 60
+step invariance 85
+step scoring 75
+step training 280 --step-limit 120
 
 [[ -n $smi ]] && kill "$smi" 2>/dev/null
 echo "== total $(($(date +%s) - start))s" >>"$OUT/log.txt"

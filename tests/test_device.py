@@ -34,6 +34,12 @@ def test_cpu_stays_cpu_and_auto_falls_back():
         select_device("tpu", "step")
 
 
+@pytest.fixture(autouse=True)
+def _no_gpu_lease(monkeypatch):
+    # select_device leases GPUs on a machine that has some: not from the test process.
+    monkeypatch.setattr("spag.ops.gpu_lease.claim_local_gpus", lambda count, step: None)
+
+
 def test_a_cuda_process_runs_attention_without_cudnn(monkeypatch):
     # cuDNN's attention plans every new shape (67 ms a call on an H200): a process that
     # gets CUDA leaves it out of SDPA's kernels.

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from spag.errors import SpagInputError
-from spag.ops.gpu_lease import lease_gpus, needs_lease
+from spag.ops.device import nvml_device_count
+from spag.ops.gpu_lease import lease_candidates, lease_gpus
 
 HOLD = """
 import os, sys, time
 from pathlib import Path
 from spag.ops.gpu_lease import lease_gpus
-lease_gpus(int(sys.argv[1]), "spag play", 3, Path(sys.argv[2]), poll=0.05)
+lease_gpus(int(sys.argv[1]), "spag play", ["0", "1", "2"], Path(sys.argv[2]), poll=0.05)
 print(os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
 time.sleep(60)
 """
@@ -55,15 +56,25 @@ def test_jobs_lease_distinct_gpus_and_wait_for_a_free_one(tmp_path):
 
 def test_more_gpus_than_the_machine_has_is_refused(tmp_path):
     with pytest.raises(SpagInputError, match=r"asks for 4 GPU\(s\).*this machine has 2"):
-        lease_gpus(4, "spag train", 2, tmp_path)
+        lease_gpus(4, "spag train", ["0", "1"], tmp_path)
 
 
-@pytest.mark.parametrize("chosen", ["CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "LOCAL_RANK"])
-def test_gpus_chosen_elsewhere_are_not_leased(chosen):
-    assert needs_lease({})
-    assert not needs_lease({chosen: "0"})
+def test_a_job_leases_among_the_gpus_nobody_chose_for_it():
+    assert lease_candidates(1, {}, total=2) == ["0", "1"]
+    assert lease_candidates(1, {}, total=0) is None  # no GPU here
+    assert lease_candidates(0, {}, total=2) is None  # a CPU job
+    # torchrun's ranks: their launcher leased the GPUs
+    assert lease_candidates(1, {"LOCAL_RANK": "1"}, total=2) is None
+    # a SLURM job's own GPUs, or the user's choice: no more than the job needs
+    assert lease_candidates(1, {"CUDA_VISIBLE_DEVICES": "3"}, total=8) is None
+    assert lease_candidates(2, {"CUDA_VISIBLE_DEVICES": "2,5"}, total=8) is None
+    assert lease_candidates(1, {"CUDA_VISIBLE_DEVICES": ""}, total=8) is None
+    assert lease_candidates(1, {"CUDA_VISIBLE_DEVICES": "-1"}, total=8) is None
+    # Snakemake run locally inside a 4-GPU allocation: each job leases among those 4
+    assert lease_candidates(1, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}) == ["4", "5", "6", "7"]
 
 
+@pytest.mark.skipif(bool(nvml_device_count()), reason="this machine has GPUs")
 def test_gpu_lease_runs_its_command_where_no_gpu_is_there(tmp_path):
     # This machine has no NVML: the command runs as it is, nothing leased.
     done = subprocess.run(

@@ -448,7 +448,9 @@ def test_every_rule_execs_its_step(workdir):
     ]
     assert len(commands) > 20
     assert [c for c in commands if not c.startswith("exec ")] == []
-    assert any(c.startswith("exec env OMP_NUM_THREADS=2 spag gpu-lease 2 torchrun") for c in commands)
+    assert any(
+        c.startswith("exec env OMP_NUM_THREADS=2 spag gpu-lease 2 torchrun") for c in commands
+    )
 
 
 def test_nested_config_on_the_command_line_plans(workdir):

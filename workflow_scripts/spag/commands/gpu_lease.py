@@ -1,7 +1,7 @@
 """``spag gpu-lease N CMD...``: lease N GPUs (``spag.ops.gpu_lease``), then run CMD in this
-process's place, so that it and its children hold them (torchrun and its ranks in a local
-multi-GPU training job). Where the GPUs are chosen already (SLURM, CUDA_VISIBLE_DEVICES),
-or the machine has none, CMD runs as it is."""
+process's place, so that it holds them (torchrun of a local multi-GPU training job, whose
+ranks see only these). Where the GPUs are chosen already (a SLURM job's own, torchrun's
+ranks) or the machine has none, CMD runs as it is."""
 
 from __future__ import annotations
 
@@ -21,4 +21,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.command:
         raise SpagInputError("spag gpu-lease: no command to run")
     claim_local_gpus(args.count, args.command[0])
-    os.execvp(args.command[0], args.command)
+    try:
+        os.execvp(args.command[0], args.command)
+    except FileNotFoundError as exc:
+        raise SpagInputError(f"spag gpu-lease: command not found: {args.command[0]}") from exc

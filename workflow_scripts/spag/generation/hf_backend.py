@@ -93,7 +93,8 @@ class HFBackend:
             dtype=torch_dtype,
             use_safetensors=True,
             trust_remote_code=trust_remote_code,
-            device_map=str(self.device) if on_gpu else None,
+            # A torch.device, not "cuda": transformers would take that as cuda:LOCAL_RANK.
+            device_map=self.device if on_gpu else None,
         )
         if not on_gpu:
             self.model.to(self.device)

@@ -218,7 +218,8 @@ def select_device(requested: str | None, step: str, probe: bool = True, gpus: in
         return "cpu"
     from spag.ops.gpu_lease import claim_local_gpus
 
-    claim_local_gpus(gpus, step)
+    if cuda_problem(probe=False) is None:  # NVML only: CUDA not started yet
+        claim_local_gpus(gpus, step)
     problem = cuda_problem(probe)
     if problem is None:
         use_unplanned_attention()

@@ -120,7 +120,7 @@ def load_model_and_tokenizer(
         dtype=torch_dtype(dtype),
         use_safetensors=True,
         trust_remote_code=trust_remote_code,
-        device_map=str(torch.device(device)) if on_gpu else None,
+        device_map=torch.device(device) if on_gpu else None,
     )
     if device is not None and not on_gpu:
         model.to(device)
