@@ -45,7 +45,9 @@ OVERLAY = {
     "selfplay": {"num_shards": 3, "max_new_tokens": 8, "batch_size": 8},
     "imitation": {"num_train_epochs": 1, "max_steps": 2},
     "spag": {"max_steps": 2},
-    "evaluation": {"max_new_tokens": 8},
+    # Graded hints off: their six jobs are evaluate-family jobs like the games, whose
+    # rules the tiny runs of test_report.py and test_workflow_e2e.py cover.
+    "evaluation": {"max_new_tokens": 8, "hints": {"listener": None}},
     "resources": {
         "selfplay": {"gpus": 0, "cpus": 1, "mem_mb": 2500, "runtime": 10},
         "train": {"gpus": 0, "nodes": 1, "cpus": 1, "mem_mb": 3000, "runtime": 10},
