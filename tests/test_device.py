@@ -37,7 +37,7 @@ def test_cpu_stays_cpu_and_auto_falls_back():
 @pytest.fixture(autouse=True)
 def _no_gpu_lease(monkeypatch):
     # select_device leases GPUs on a machine that has some: not from the test process.
-    monkeypatch.setattr("spag.ops.gpu_lease.claim_local_gpus", lambda count, step: None)
+    monkeypatch.setattr("spag.ops.gpu_lease.claim_local_gpus", lambda count, step, total: None)
 
 
 def test_a_cuda_process_runs_attention_without_cudnn(monkeypatch):

@@ -16,11 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spag.errors import SpagInputError
+    from spag.ops.device import nvml_device_count
     from spag.ops.gpu_lease import claim_local_gpus
 
     if not args.command:
         raise SpagInputError("spag gpu-lease: no command to run")
-    claim_local_gpus(args.count, args.command[0])
+    claim_local_gpus(args.count, args.command[0], nvml_device_count())
     try:
         os.execvp(args.command[0], args.command)
     except FileNotFoundError as exc:

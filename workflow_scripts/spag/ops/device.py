@@ -219,7 +219,7 @@ def select_device(requested: str | None, step: str, probe: bool = True, gpus: in
     from spag.ops.gpu_lease import claim_local_gpus
 
     if cuda_problem(probe=False) is None:  # NVML only: CUDA not started yet
-        claim_local_gpus(gpus, step)
+        claim_local_gpus(gpus, step, nvml_device_count())
     problem = cuda_problem(probe)
     if problem is None:
         use_unplanned_attention()

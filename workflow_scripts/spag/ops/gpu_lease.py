@@ -105,13 +105,10 @@ def lease_gpus(
     return leased
 
 
-def claim_local_gpus(count: int, step: str) -> list[str] | None:
-    """Lease ``count`` GPUs where :func:`lease_candidates` says so; None where nothing
-    was leased. Must run before CUDA starts (it would not see the change)."""
-    from spag.ops.device import nvml_device_count
-
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    total = nvml_device_count() if visible is None and count >= 1 else None
+def claim_local_gpus(count: int, step: str, total: int | None) -> list[str] | None:
+    """Lease ``count`` of the machine's ``total`` GPUs (NVML's count) where
+    :func:`lease_candidates` says so; None where nothing was leased. Must run before
+    CUDA starts (it would not see the change)."""
     gpus = lease_candidates(count, total=total)
     if gpus is None:
         return None
