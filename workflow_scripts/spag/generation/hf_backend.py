@@ -110,10 +110,7 @@ class HFBackend:
             raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_bytes}")
         self._batch_memory_bytes = int(batch_memory_bytes) if batch_memory_bytes else None
         config = self.model.config.get_text_config()
-        heads = int(config.num_attention_heads)
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-        self._kv_heads, self._head_dim = kv_heads, int(head_dim)
+        _, self._kv_heads, self._head_dim = attention_heads(config)
         self._memory = RowMemory.of(
             config,
             torch.finfo(self.model.dtype).bits // 8,
@@ -419,6 +416,13 @@ class HFBackend:
         )
 
 
+def attention_heads(config) -> tuple[int, int, int]:
+    """Query heads, key/value heads and head size of a model's text config."""
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    return heads, int(getattr(config, "num_key_value_heads", None) or heads), head_dim
+
+
 # Attention implementations whose CUDA kernels never store the prompt pass's scores.
 FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 
@@ -441,13 +445,11 @@ class RowMemory:
     @classmethod
     def of(cls, config, elem: int, fused_attention: bool) -> RowMemory:
         """The figures of a model ``config`` whose weights take ``elem`` bytes each."""
-        heads = int(config.num_attention_heads)
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        heads, kv_heads, head_dim = attention_heads(config)
         hidden = int(config.hidden_size)
         inter = int(getattr(config, "intermediate_size", None) or 4 * hidden)
         return cls(
-            kv_bytes_per_token=2 * int(config.num_hidden_layers) * kv_heads * int(head_dim) * elem,
+            kv_bytes_per_token=2 * int(config.num_hidden_layers) * kv_heads * head_dim * elem,
             # The MLP's gate, up and product, and a few hidden-size tensors, per prompt token.
             activation_bytes_per_token=(3 * inter + 4 * hidden) * elem,
             score_bytes_per_pair=0 if fused_attention else heads * 4,
