@@ -330,19 +330,25 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
             estimate_over_peak=None if not peak else round(estimate * min(batch, count) / peak, 3),
         )
 
-    # The sampler alone at the largest batch: a draw per row (one kernel each) against
+    # The sampler alone at the largest batch: a draw per row and step (one kernel each),
+    # a row's draws for all steps made up front (what generate does under top-k), and
     # one draw for the batch.
     batch = max(sizes.batches)
     vocab = backend.model.config.vocab_size
     logits = torch.randn(batch, vocab, device=device)
     generators = [backend._generator(i) for i in range(batch)]
     reps = 20
-    for how in ("per_row", "one_draw"):
+    for how in ("per_row", "per_row_upfront", "one_draw"):
         _sync(device)
         start = time.perf_counter()
-        for _ in range(reps):
+        noise = None
+        if how == "per_row_upfront":
+            noise = backend._noise(sampling, generators, batch, reps, vocab)
+        for t in range(reps):
             if how == "per_row":
                 backend._pick(logits, sampling, generators)
+            elif how == "per_row_upfront":
+                backend._pick(logits, sampling, generators, noise[:, t])
             else:
                 probs = torch.softmax(torch.topk(logits / sampling.temperature, 50).values, -1)
                 (probs / torch.empty_like(probs).exponential_(generator=generators[0])).argmax(-1)
