@@ -22,6 +22,13 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# Side by side, two workers share the machine's cores: OpenMP threads that spin while
+# they wait made two torch processes of 2 threads each on 2 cores 3x slower than the
+# same two one after the other; sleeping waiters lose nothing (perf/results/ci.md). The
+# workers' subprocesses (Snakemake, its jobs, torchrun) inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 def _cuda_available() -> bool:
     try:
@@ -32,7 +39,57 @@ def _cuda_available() -> bool:
         return False
 
 
+# Side by side (pytest-xdist, two workers: pyproject's addopts). Each module is one unit
+# of work, so that its module fixtures are built once; modules sharing a session fixture
+# or a machine-wide resource are one unit. Units start longest first (times on 2 cores in
+# perf/results/ci.md), so that no long one is left alone at the end.
+SHARED_UNITS = {
+    "test_slurm.py": "slurm",  # one SLURM cluster, one job queue
+    "test_slurm_two_node.py": "slurm",
+    "test_report.py": "tiny_run",  # the session's tiny run, built once
+    "test_workflow_e2e.py": "tiny_run",
+    "test_hints.py": "smollm2",  # SmolLM2 converted once
+    "test_real_model.py": "smollm2",
+    "test_rendering.py": "smollm2",
+    "test_vllm_env.py": "smollm2",
+}
+LONGEST_FIRST = [
+    "slurm",
+    "test_kuhn_poker_learning.py",
+    "test_real_model_e2e.py",
+    "tiny_run",
+    "smollm2",
+    "test_conda_envs.py",
+    "test_gpu_first_contact.py",
+    "test_extensions.py",
+    "test_training_deepspeed.py",
+    "test_preflight.py",
+    "test_teacher.py",
+]
+
+
+def _unit(nodeid: str) -> str:
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return SHARED_UNITS.get(name, name)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scheduling by module (`--dist loadscope`), a shared unit counting as one."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return UnitScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_unit(item.nodeid), len(rank)))  # stable
+
     reasons = {}
     if shutil.which("sbatch") is None or shutil.which("squeue") is None:
         reasons["slurm"] = "no SLURM cluster here (sbatch/squeue not on PATH)"
