@@ -24,8 +24,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # Side by side, two workers share the machine's cores: OpenMP threads that spin while
 # they wait made two torch processes of 2 threads each on 2 cores 3x slower than the
-# same two one after the other; sleeping waiters lose nothing (perf/results/ci.md). The
-# workers' subprocesses (Snakemake, its jobs, torchrun) inherit it.
+# same two one after the other; sleeping waiters cost nothing side by side and 25% alone
+# (perf/results/ci.md). The workers' subprocesses (Snakemake, its jobs, torchrun)
+# inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
