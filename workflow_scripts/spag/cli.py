@@ -59,7 +59,15 @@ def _load(module: str):
     return importlib.import_module(f"spag.commands.{module}")
 
 
+# A step imports torch and transformers (about a million long-lived objects), then works
+# mostly in tensors. At the default threshold (700 allocations) the collector ran about 900
+# times over those imports: 1.5 of a tiny-model step's 10 CPU-seconds. Collections stay,
+# less often: cyclic garbage is still freed within a step.
+GC_THRESHOLD = (50_000, 20, 10)
+
+
 def main(argv: list[str] | None = None) -> int:
+    gc.set_threshold(*GC_THRESHOLD)
     argv = sys.argv[1:] if argv is None else argv
     # Only the chosen step's module is imported (its arguments are parsed with it).
     parser = argparse.ArgumentParser(prog="spag", description=__doc__.splitlines()[0])
