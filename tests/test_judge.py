@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -55,6 +57,25 @@ def test_plural_comes_from_textblob():
         "person": "people",
     }
     assert {w: derivatives(w)[3] for w in cases} == cases
+    # The module the judge loads on its own computes what textblob's package exports, for
+    # the 5,000 commonest English words (where target words come from).
+    from wordfreq import top_n_list
+
+    words = top_n_list("en", 5000)
+    assert {w: plural(w) for w in words} == {w: pluralize(w) for w in words}
+
+
+def test_the_judge_does_not_import_nltk():
+    """textblob's package imports NLTK and SciPy (seconds per job); its plural needs neither."""
+    code = (
+        "import sys\n"
+        "from spag.judge import judge_game\n"
+        "judge_game([{'role': 'attacker', 'content': 'Cats?'}], 'cat', 5)\n"
+        "print(sorted(m for m in ('textblob', 'nltk', 'scipy') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(

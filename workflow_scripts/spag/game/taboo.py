@@ -21,8 +21,10 @@ The prompt texts are data (``data/prompts.yaml``, read by :mod:`spag.game.prompt
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 ATTACKER, DEFENDER = "attacker", "defender"
@@ -44,13 +46,28 @@ END_JUDGED = "judged"
 END_MAX_TURNS = "max_turns"
 
 
+@functools.cache
+def _textblob_pluralize() -> Callable[[str], str]:
+    """``textblob.en.inflect.pluralize``, its module loaded on its own.
+
+    ``import textblob.en.inflect`` first runs textblob's package, which imports NLTK and
+    SciPy's statistics for its blob classes: 3-4 CPU-seconds in every job that judges a
+    game. The module itself needs only the standard library (textblob 0.20.1, pinned), so
+    it is loaded from its file, once per process and only when a plural is asked for.
+    """
+    spec = importlib.util.find_spec("textblob")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the judge needs textblob (pip install textblob)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "en" / "inflect.py"
+    module_spec = importlib.util.spec_from_file_location("spag._textblob_inflect", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.pluralize
+
+
 def plural(word: str) -> str:
     """English plural as computed by ``textblob.en.inflect.pluralize``."""
-    # Imported here: textblob's package pulls in NLTK (over a second), and the
-    # Snakefile imports this module's users when it parses the workflow.
-    from textblob.en.inflect import pluralize
-
-    return pluralize(word)
+    return _textblob_pluralize()(word)
 
 
 @functools.lru_cache(maxsize=65536)
