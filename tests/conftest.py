@@ -73,8 +73,12 @@ LONGEST_FIRST = [
 PER_TEST = {"test_workflow_dag.py"}
 
 
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+
+
 def _unit(nodeid: str) -> str:
-    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    name = _module(nodeid)
     if name in PER_TEST:
         return nodeid
     return SHARED_UNITS.get(name, name)
@@ -82,7 +86,7 @@ def _unit(nodeid: str) -> str:
 
 def _start_rank(nodeid: str, rank: dict[str, int]) -> int:
     """Where a test's unit starts: longest first, then the other modules, then PER_TEST."""
-    if nodeid.split("::", 1)[0].rsplit("/", 1)[-1] in PER_TEST:
+    if _module(nodeid) in PER_TEST:
         return len(rank) + 1
     return rank.get(_unit(nodeid), len(rank))
 
