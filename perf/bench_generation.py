@@ -151,8 +151,8 @@ def worker(args: argparse.Namespace) -> int:
     import torch
 
     from spag.data.words import read_word_list
-    from spag.game.prompts import load_prompts
     from spag.game.selfplay import POLICY, play_games, selfplay_specs
+    from spag.game.taboo import TABOO
     from spag.generation import Sampling
 
     torch.set_num_threads(args.threads)
@@ -166,7 +166,8 @@ def worker(args: argparse.Namespace) -> int:
     games = play_games(
         selfplay_specs(read_word_list(args.words), 0, 0, 1),
         {POLICY: backend},
-        load_prompts(),
+        TABOO.load_prompts(),
+        game=TABOO,
         **settings,
     )
     seconds = time.perf_counter() - start

@@ -1,8 +1,9 @@
 """The judge on the paper's shape: 50,000 games, each with its own target word.
 
-Compares ``spag.judge.judge_flat`` with the judge of an earlier revision (default
-0c0b7f0, which compiled one regular expression per target word for the correct-guess
-test), in one process, on the same synthetic games; the outcomes must be identical.
+Compares ``spag.judge.judge_game`` (the contract path, one game a call) with the judge
+of an earlier revision (default 0c0b7f0, which compiled one regular expression per
+target word for the correct-guess test), in one process, on the same synthetic games;
+the outcomes must be identical.
 
     python perf/bench_judge.py [--games 50000] [--old-rev 0c0b7f0]
         [--results perf/results/judge.md]
@@ -32,20 +33,19 @@ def games(n: int, seed: int = 0):
     words: set[str] = set()
     while len(words) < n:
         words.add("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(5, 9))))
-    roles, contents, offsets, targets = [], [], [0], []
+    out = []
     for w in sorted(words):
         length = rng.randint(2, 10)
+        history = []
         for k in range(length):
             role = "attacker" if k % 2 == 0 else "defender"
             if role == "defender" and k == length - 1 and rng.random() < 0.6:
                 text = f"I know the word! It is {w if rng.random() < 0.5 else 'house'}!"
             else:
                 text = "Think about something you might find in a kitchen, near the window."
-            roles.append(role)
-            contents.append(text)
-        offsets.append(len(roles))
-        targets.append(w)
-    return roles, contents, offsets, targets, [5] * len(targets)
+            history.append({"role": role, "content": text})
+        out.append((history, w, 5))
+    return out
 
 
 def main() -> None:
@@ -77,7 +77,8 @@ def main() -> None:
     results = {}
     for name, module in (("old", old), ("new", new)):
         started = time.perf_counter()
-        results[name] = (module.judge_flat(*data), time.perf_counter() - started)
+        outcomes = [module.judge_game(history, word, turns) for history, word, turns in data]
+        results[name] = (outcomes, time.perf_counter() - started)
     if results["old"][0] != results["new"][0]:
         sys.exit("outcomes differ")
     t_old, t_new = results["old"][1], results["new"][1]
@@ -87,7 +88,7 @@ def main() -> None:
         f"Date: {datetime.date.today()}; {os.cpu_count()} cores; load average at the start "
         f"{load:.1f}; command: `python perf/bench_judge.py --games {args.games}`.",
         "",
-        f"`judge_flat` in one process, {args.games} games (60% end with a defender's guess): "
+        f"`judge_game` in one process, {args.games} games (60% end with a defender's guess): "
         f"revision {args.old_rev} (one compiled pattern per word) **{t_old:.2f} s**, now "
         f"**{t_new:.2f} s** ({t_old / t_new:.1f}x); outcomes identical. Both compute the "
         "plural textblob gives for every word (now by the exact rule filter of `spag.judge`).",

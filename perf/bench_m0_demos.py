@@ -119,6 +119,7 @@ def _load(run: dict) -> str:
 def measure(name: str, root: Path, overlay: dict) -> dict:
     """One choice from nothing: its M0's and the base model's games, or why it failed."""
     from spag.evaluation.games import judged_games
+    from spag.game.taboo import TABOO
 
     wd = make_workdir(root / name, _merge(overlay, CHOICES[name]))
     started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -143,14 +144,15 @@ def measure(name: str, root: Path, overlay: dict) -> dict:
         return run
     print(f"{name}: {secs / 60:.1f} min in {wd}", flush=True)
     keep = ("word", "role", "outcome")
-    run["m0"] = [{k: g[k] for k in keep} for g in judged_games(wd / TARGETS[0])[0]]
-    run["base"] = [{k: g[k] for k in keep} for g in judged_games(wd / TARGETS[1])[0]]
+    run["m0"] = [{k: g[k] for k in keep} for g in judged_games(wd / TARGETS[0], game=TABOO)[0]]
+    run["base"] = [{k: g[k] for k in keep} for g in judged_games(wd / TARGETS[1], game=TABOO)[0]]
     run["seconds_table"] = seconds_table(wd)
     return run
 
 
 def main() -> None:
     from spag.evaluation.paired import paired_rows
+    from spag.game.taboo import TABOO
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(REPO / "configs" / "smollm2-135m.yaml"))
@@ -205,7 +207,7 @@ def main() -> None:
             *(rates_line("base", first["base"], role) for role in ("attacker", "defender", "all")),
         ]
     for name, run in done.items():
-        rows = paired_rows(run["m0"], run["base"], names=("M0", "base"))
+        rows = paired_rows(run["m0"], run["base"], names=("M0", "base"), game=TABOO)
         lines += [
             "",
             f"Paired, M0 from {name} minus the base model on the same words and roles "
@@ -222,7 +224,7 @@ def main() -> None:
     names = list(done)
     if len(names) > 1:
         a, b = names[1], names[0]
-        rows = paired_rows(done[a]["m0"], done[b]["m0"], names=(a, b))
+        rows = paired_rows(done[a]["m0"], done[b]["m0"], names=(a, b), game=TABOO)
         lines += [
             "",
             f"Paired, M0 from {a} minus M0 from {b} on the same words and roles "

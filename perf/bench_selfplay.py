@@ -44,7 +44,7 @@ def one_by_one(model, tokenizer, words, prompts, max_turns, max_new_tokens, temp
     import torch
     from transformers import GenerationConfig
 
-    from spag.game.selfplay import end_reason
+    from spag.game.taboo import TABOO
     from spag.generation import Sampling
 
     config = GenerationConfig(
@@ -76,7 +76,7 @@ def one_by_one(model, tokenizer, words, prompts, max_turns, max_new_tokens, temp
             tokens += len(new)
             reply = tokenizer.decode(new, skip_special_tokens=True).strip()
             history.append({"role": role, "content": reply})
-            if end_reason(history, word, max_turns):
+            if TABOO.end_reason(history, word, max_turns):
                 break
     return tokens
 
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from spag.game.prompts import load_prompts
     from spag.game.selfplay import POLICY, play_games, selfplay_specs
     from spag.game.settings import GameSettings
+    from spag.game.taboo import TABOO
     from spag.generation import Sampling, load_backend
     from spag.models.tiny import build_tiny_model
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             p for p in (REPO / "data").glob("*") if p.suffix in (".json", ".yaml", ".txt")
         )
         model_dir = build_tiny_model(corpus, Path(tmp.name) / "model")
-    prompts = load_prompts()
+    prompts = TABOO.load_prompts()
     backend = load_backend(
         "hf",
         model_dir,
@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             if i == 1:
                 t0, c0 = time.perf_counter(), time.process_time()
                 games = play_games(
-                    selfplay_specs(words, 0, 0, 1), {POLICY: backend}, prompts, **settings
+                    selfplay_specs(words, 0, 0, 1),
+                    {POLICY: backend},
+                    prompts,
+                    game=TABOO,
+                    **settings,
                 )
                 batched_s, batched_cpu = time.perf_counter() - t0, time.process_time() - c0
                 batched_tokens = sum(sum(g.message_tokens) for g in games)

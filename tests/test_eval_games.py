@@ -21,6 +21,7 @@ from spag.evaluation.games import (
     wilson_interval,
 )
 from spag.game.selfplay import SHARD_SCHEMA
+from spag.game.taboo import TABOO
 
 GUESS_OK = "I know the word! It is apple!"
 GUESS_BAD = "I know the word! It is pear!"
@@ -65,12 +66,12 @@ def _read(path):
 
 
 def test_results_from_each_side():
-    assert game_result("attacker_wins", "attacker") == "win"
-    assert game_result("attacker_wins", "defender") == "loss"
-    assert game_result("attacker_broke_rules", "attacker") == "loss"
-    assert game_result("attacker_broke_rules", "defender") == "win"
-    assert game_result("tie", "defender") == "tie"
-    counts = tally([("attacker", "tie"), ("defender", "defender_wins")])
+    assert game_result("attacker_wins", "attacker", game=TABOO) == "win"
+    assert game_result("attacker_wins", "defender", game=TABOO) == "loss"
+    assert game_result("attacker_broke_rules", "attacker", game=TABOO) == "loss"
+    assert game_result("attacker_broke_rules", "defender", game=TABOO) == "win"
+    assert game_result("tie", "defender", game=TABOO) == "tie"
+    counts = tally([("attacker", "tie"), ("defender", "defender_wins")], game=TABOO)
     assert counts["all"] == {"games": 2, "wins": 1, "losses": 0, "ties": 1, "broke_rules": 0}
 
 

@@ -15,6 +15,7 @@ from spag.data.tables import write_parquet
 from spag.errors import SpagInputError
 from spag.evaluation.paired import PAIRED_COLUMNS, mcnemar_p, paired_rows
 from spag.game.selfplay import SHARD_SCHEMA
+from spag.game.taboo import TABOO
 from spag.judge import ATTACKER_BROKE_RULES, ATTACKER_WINS, DEFENDER_WINS, TIE
 
 
@@ -40,7 +41,7 @@ def test_a_clear_gain_as_attacker_and_none_as_defender():
     new = {(w, "attacker"): ATTACKER_WINS for w in WORDS}
     for i, w in enumerate(WORDS):
         ref[(w, "defender")] = new[(w, "defender")] = DEFENDER_WINS if i % 2 else TIE
-    rows = paired_rows(_games(new), _games(ref))
+    rows = paired_rows(_games(new), _games(ref), game=TABOO)
     att, dfd, both = rows["attacker"], rows["defender"], rows["all"]
     assert att["pairs"] == 40 and both["pairs"] == 80
     assert att["win_diff"] == pytest.approx(0.75)
@@ -52,7 +53,7 @@ def test_a_clear_gain_as_attacker_and_none_as_defender():
     assert dfd["win_diff_p"] == 1.0
     assert both["win_diff"] == pytest.approx(30 / 80)
     assert both["win_diff_lo"] > 0  # the words' two roles resampled together
-    assert paired_rows(_games(new), _games(ref)) == rows  # seeded: the same every time
+    assert paired_rows(_games(new), _games(ref), game=TABOO) == rows  # seeded: the same every time
 
 
 def test_an_even_exchange_has_an_interval_across_zero():
@@ -61,7 +62,7 @@ def test_an_even_exchange_has_an_interval_across_zero():
            for i, w in enumerate(WORDS)}  # fmt: skip
     new = {(w, "attacker"): ATTACKER_WINS if 10 <= i < 30 else ATTACKER_BROKE_RULES
            for i, w in enumerate(WORDS)}  # fmt: skip
-    row = paired_rows(_games(new), _games(ref))["attacker"]
+    row = paired_rows(_games(new), _games(ref), game=TABOO)["attacker"]
     assert row["win_diff"] == 0.0 and row["win_diff_lo"] < 0 < row["win_diff_hi"]
     assert row["win_diff_p"] == 1.0
 
@@ -70,10 +71,10 @@ def test_games_that_do_not_pair_are_refused():
     ref = {(w, "attacker"): ATTACKER_WINS for w in WORDS}
     new = {(w, "attacker"): ATTACKER_WINS for w in WORDS[:-1]}
     with pytest.raises(SpagInputError, match="did not play the same words"):
-        paired_rows(_games(new), _games(ref))
+        paired_rows(_games(new), _games(ref), game=TABOO)
     # A second game of one word and role pairs with nothing on the other side.
     with pytest.raises(SpagInputError, match="did not play the same words"):
-        paired_rows(_games(ref) + _games(ref)[:1], _games(ref))
+        paired_rows(_games(ref) + _games(ref)[:1], _games(ref), game=TABOO)
 
 
 def test_sampled_games_pair_by_index_and_a_word_moves_as_one():
@@ -88,7 +89,7 @@ def test_sampled_games_pair_by_index_and_a_word_moves_as_one():
         for k in range(3)
         for g in _games({(w, "attacker"): ATTACKER_BROKE_RULES for w in WORDS})
     ]
-    row = paired_rows(new, ref)["attacker"]
+    row = paired_rows(new, ref, game=TABOO)["attacker"]
     assert row["pairs"] == 3 * len(WORDS)
     assert row["win_diff"] == pytest.approx(1 / 3)
     # Every word gains exactly 1 of 3: resampling words cannot move the difference.
@@ -158,7 +159,7 @@ def _check_paired_plot(table_path, monkeypatch):
 
     figures = []
     monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
-    plots.plot_paired(pd.read_csv(table_path, sep="\t"), "unused.png")
+    plots.plot_paired(pd.read_csv(table_path, sep="\t"), "unused.png", game=TABOO)
     (fig,) = figures
     win, broke, _ = fig.axes
     assert [t.get_text() for t in win.get_xticklabels()] == ["base", "M1"]

@@ -169,9 +169,9 @@ def test_hf_greedy_equals_plain_generate_one_at_a_time(backend):
     import torch
     from transformers import GenerationConfig
 
-    from spag.game.prompts import load_prompts
+    from spag.game.taboo import TABOO
 
-    prompts = load_prompts()
+    prompts = TABOO.load_prompts()
     history = [{"role": "attacker", "content": "a sweet red fruit"}]
     texts = [
         prompts.play_prompt([], "attacker", "apple", 5),
@@ -258,18 +258,18 @@ def test_hf_prompt_truncation_is_reported(tiny_model_dir):
 
 def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     """Games that keep their prompt's keys/values between calls play the same games."""
-    from spag.game.prompts import load_prompts
     from spag.game.selfplay import POLICY, play_games, selfplay_specs
+    from spag.game.taboo import TABOO
     from spag.generation.hf_backend import HFBackend
 
-    prompts = load_prompts()
+    prompts = TABOO.load_prompts()
     specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0, games_per_word=1)
     histories = []
     for reuse in (True, False):
         b = HFBackend(tiny_model_dir, **LOCAL, batch_size=2, reuse_kv=reuse)
         for greedy in (True, False):
             settings = dict(max_turns=2, sampling=Sampling(max_new_tokens=4, greedy=greedy), seed=4)
-            games = play_games(specs, {POLICY: b}, prompts, **settings)
+            games = play_games(specs, {POLICY: b}, prompts, game=TABOO, **settings)
             histories.append([g.history for g in games])
         assert b._kv_store == {} and b._kv_stored_bytes == 0  # finished games forgotten
     assert histories[0] == histories[2]
@@ -279,8 +279,8 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
 def test_hf_counts_the_tokens_it_runs(tiny_model_dir):
     """The counters in spag play's log: prompt tokens, those run through the model
     (kept keys/values cover the rest), rows x decoding steps."""
-    from spag.game.prompts import load_prompts
     from spag.game.selfplay import POLICY, play_games, selfplay_specs
+    from spag.game.taboo import TABOO
     from spag.generation.hf_backend import HFBackend
 
     specs = selfplay_specs(["apple", "river", "candle"], epoch=0, shard_index=0, games_per_word=1)
@@ -290,7 +290,7 @@ def test_hf_counts_the_tokens_it_runs(tiny_model_dir):
     counted = {}
     for reuse in (True, False):
         b = HFBackend(tiny_model_dir, **LOCAL, batch_size=8, reuse_kv=reuse)
-        games = play_games(specs, {POLICY: b}, load_prompts(), **settings)
+        games = play_games(specs, {POLICY: b}, TABOO.load_prompts(), game=TABOO, **settings)
         counted[reuse] = b.stats
         messages = sum(len(g.message_tokens) for g in games)
         generated = sum(sum(g.message_tokens) for g in games)

@@ -1,4 +1,4 @@
-"""Kuhn Poker solved exactly (spag.evaluation.kuhn), checked against known values and
+"""Kuhn Poker solved exactly (spag.game.kuhn_poker), checked against known values and
 an independent best response computed information set by information set."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import pytest
 
-from spag.evaluation.kuhn import (
+from spag.game.kuhn_poker import (
     CARDS,
     DEALS,
     INFOSETS,

@@ -11,7 +11,7 @@ from play_helpers import ScriptedBackend
 from spag.data.tables import EPISODE_FIELDS
 from spag.errors import SpagInputError
 from spag.evaluation.games import tally
-from spag.game.kuhn_poker import KUHN_POKER, load_kuhn_prompts, parse_deal, read_move
+from spag.game.kuhn_poker import KUHN_POKER, parse_deal, read_move
 from spag.game.rewards import assign_rewards
 from spag.game.selfplay import POLICY, GameSpec, play_games
 from spag.generation import Sampling
@@ -73,14 +73,14 @@ def test_each_seat_sees_its_own_card_and_its_legal_moves():
 
 def test_a_prompts_file_without_the_card_is_refused(tmp_path):
     text = tmp_path / "p.yaml"
-    good = load_kuhn_prompts(KUHN_POKER.default_prompts_path())
+    good = KUHN_POKER.load_prompts(KUHN_POKER.default_prompts_path())
     text.write_text(
         "play: {rules: r, history_title: h, started: s, instruction: 'Move ({moves})', cue: c}\n"
         "training: {rules: [r], instructions: ['{card} {moves}'], history_titles: [h], "
         "started: [s], cue: c}\n"
     )
     with pytest.raises(SpagInputError, match=r"play.instruction.*\{card\}"):
-        load_kuhn_prompts(text)
+        KUHN_POKER.load_prompts(text)
     assert good.cue
 
 

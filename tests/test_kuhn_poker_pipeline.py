@@ -14,7 +14,6 @@ from workflow_utils import REPO
 
 from spag.config import validate_config
 from spag.errors import SpagInputError
-from spag.evaluation import kuhn
 from spag.evaluation.strategy import (
     STRATEGY_COLUMNS,
     load_strategy,
@@ -23,6 +22,7 @@ from spag.evaluation.strategy import (
     summarize_strategies,
     write_tsv,
 )
+from spag.game import kuhn_poker as kuhn
 from spag.game.base import load_game
 from spag.game.kuhn_poker import KUHN_POKER, infoset_prompt, play_hand
 from spag.game.rewards import REWARD_SCHEMES, assign_rewards

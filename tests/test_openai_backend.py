@@ -10,6 +10,7 @@ import pytest
 from fake_endpoint import FakeEndpoint
 
 from spag.errors import SpagInputError
+from spag.game.taboo import TABOO
 from spag.generation.base import Reply
 from spag.generation.openai_backend import (
     EndpointError,
@@ -134,7 +135,7 @@ def test_spec_parsing():
 
 def test_plays_games_as_the_opponent(endpoint):
     """The game loop runs with the endpoint as the opponent of a local player."""
-    from spag.game.prompts import load_prompts
+
     from spag.game.selfplay import OPPONENT, POLICY, evaluation_specs, play_games
 
     class Local:
@@ -144,9 +145,9 @@ def test_plays_games_as_the_opponent(endpoint):
             return [Reply("a fruit that grows on trees", 6, True) for _ in prompts]
 
     backends = {POLICY: Local(), OPPONENT: OpenAIBackend(endpoint.spec())}
-    specs = evaluation_specs(["apple", "river"], epoch=1, shard_index=0)
+    specs = evaluation_specs(["apple", "river"], epoch=1, shard_index=0, game=TABOO)
     settings = dict(max_turns=2, sampling=Sampling(greedy=True), seed=0)
-    games = play_games(specs, backends, load_prompts(None), **settings)
+    games = play_games(specs, backends, TABOO.load_prompts(), game=TABOO, **settings)
     assert len(games) == 4
     for g in games:
         assert len(g.history) == 4

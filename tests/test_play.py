@@ -30,6 +30,7 @@ from spag.game.selfplay import (
     selfplay_specs,
     shard_seed,
 )
+from spag.game.taboo import TABOO
 from spag.generation import Sampling
 
 
@@ -65,7 +66,7 @@ def test_finished_games_leave_the_batch():
         ["apple", "river", "candle", "garden"], epoch=1, shard_index=2, games_per_word=1
     )
     games = play_games(
-        specs, {POLICY: backend}, KeyPrompts(), sampling=Sampling(), max_turns=3, seed=0
+        specs, {POLICY: backend}, KeyPrompts(), sampling=Sampling(), max_turns=3, seed=0, game=TABOO
     )
     assert [c["n"] for c in backend.calls] == [4, 4, 3, 2, 1, 1]
     lengths = {g.spec.target_word: len(g.history) for g in games}
@@ -95,6 +96,7 @@ def test_guess_phrase_in_any_case_ends_the_game():
         sampling=Sampling(),
         max_turns=5,
         seed=0,
+        game=TABOO,
     )
     assert len(g.history) == 2 and g.end_reason == "guess"
 
@@ -108,18 +110,21 @@ def test_empty_replies_are_recorded_not_fatal():
         sampling=Sampling(),
         max_turns=2,
         seed=0,
+        game=TABOO,
     )
     for g in games:
         assert [m["content"] for m in g.history] == ["", "ok", "", "ok"]
         assert g.empty_replies == 2
-    table = games_table(games, max_turns=2, epoch=0, shard=0, seed=1, model_names={POLICY: "m"})
+    table = games_table(
+        games, max_turns=2, epoch=0, shard=0, seed=1, model_names={POLICY: "m"}, game=TABOO
+    )
     assert table.column("empty_replies").to_pylist() == [2, 2]
 
 
 def test_opponent_mode_two_games_per_word_with_roles():
     policy = ScriptedBackend(lambda i, p: "policy says hi")
     opponent = ScriptedBackend(lambda i, p: "opponent says hi")
-    specs = evaluation_specs(["apple", "river"], epoch=3, shard_index=0)
+    specs = evaluation_specs(["apple", "river"], epoch=3, shard_index=0, game=TABOO)
     games = play_games(
         specs,
         {POLICY: policy, OPPONENT: opponent},
@@ -127,10 +132,17 @@ def test_opponent_mode_two_games_per_word_with_roles():
         max_turns=1,
         sampling=Sampling(greedy=True),
         seed=0,
+        game=TABOO,
     )
     assert len(games) == 4
     table = games_table(
-        games, max_turns=1, epoch=3, shard=0, seed=5, model_names={POLICY: "m3", OPPONENT: "base"}
+        games,
+        max_turns=1,
+        epoch=3,
+        shard=0,
+        seed=5,
+        model_names={POLICY: "m3", OPPONENT: "base"},
+        game=TABOO,
     )
     rows = table.to_pylist()
     assert [r["policy_role"] for r in rows] == ["attacker", "defender"] * 2
@@ -155,7 +167,9 @@ def test_shard_seed_depends_on_run_seed_epoch_and_shard():
 
 
 def test_games_table_schema_even_when_empty():
-    table = games_table([], max_turns=5, epoch=0, shard=0, seed=0, model_names={POLICY: "m"})
+    table = games_table(
+        [], max_turns=5, epoch=0, shard=0, seed=0, model_names={POLICY: "m"}, game=TABOO
+    )
     assert table.schema == SHARD_SCHEMA and table.num_rows == 0
 
 

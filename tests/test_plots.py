@@ -18,6 +18,7 @@ from workflow_utils import REPO, make_workdir, snakemake
 
 from spag.cli import main
 from spag.errors import SpagInputError
+from spag.game.taboo import TABOO
 from spag.report.inputs import LabelledPaths, labelled_path
 from spag.report.names import EPOCH_PLOTS, RUN_PLOTS
 from spag.report.plots import benchmark_step, win_rate_table
@@ -163,11 +164,11 @@ def test_missing_summary_names_the_file(tmp_path):
     from spag.report.plots import run_plots
 
     with pytest.raises(SpagInputError, match="nope.tsv"):
-        run_plots(tmp_path, summary=tmp_path / "nope.tsv")
+        run_plots(tmp_path, summary=tmp_path / "nope.tsv", game=TABOO)
     bad = tmp_path / "s.tsv"
     bad.write_text("x\n1\n")
     with pytest.raises(SpagInputError, match="s.tsv: missing column 'epoch'"):
-        run_plots(tmp_path, summary=bad)
+        run_plots(tmp_path, summary=bad, game=TABOO)
 
 
 def test_labelled_path_arguments():
@@ -263,7 +264,7 @@ def _drawn_win_rates(monkeypatch, summary, eval_games=None):
 
     figures = []
     monkeypatch.setattr(plots, "save", lambda fig, path: figures.append(fig))
-    plots.plot_win_rates(summary, "unused.png", eval_games)
+    plots.plot_win_rates(summary, "unused.png", eval_games, game=TABOO)
     (fig,) = figures
     return fig.axes[0]
 
@@ -298,7 +299,7 @@ def test_win_rate_plot_shows_intervals_and_m0_reference(run_tables, monkeypatch)
 def test_win_rate_table_from_the_epoch_summary_alone(run_tables, monkeypatch):
     _, summary, _ = run_tables
     df = pd.read_csv(summary, sep="\t")
-    table = win_rate_table(df)
+    table = win_rate_table(df, game=TABOO)
     assert sorted(table["epoch"].unique()) == [1, 2]
     assert set(table["model"]) == {"epoch1", "epoch2"}
     assert table["win_rate_lo"].notna().all() and (table["win_rate_lo"] < table["win_rate"]).all()
@@ -314,7 +315,7 @@ def test_eval_games_table_needs_its_columns(run_tables, tmp_path):
     bad = tmp_path / "eval_games.tsv"
     bad.write_text("model\trole\nbase\tall\n")
     with pytest.raises(SpagInputError, match="eval_games.tsv: missing columns 'epoch', 'win"):
-        run_plots(tmp_path / "out", summary=summary, eval_games=bad)
+        run_plots(tmp_path / "out", summary=summary, eval_games=bad, game=TABOO)
 
 
 def test_plot_names_have_captions():

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
 from spag.errors import SpagInputError
-from spag.game.prompts import GUESS_PHRASE, default_prompts_path, load_prompts
+from spag.game.base import PromptsFile
+from spag.game.taboo import GUESS_PHRASE, TABOO, read_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 HISTORY = [
@@ -19,13 +19,23 @@ HISTORY = [
 ]
 
 
+def load_prompts(path=None):
+    return TABOO.load_prompts(path)
+
+
+def training_prompt(prompts, history, role, seed):
+    return TABOO.training_prompt(prompts, history, role, "knife", 5, random.Random(seed).random())
+
+
 @pytest.fixture(scope="module")
 def prompts():
     return load_prompts()
 
 
 def test_default_file_is_the_shipped_data_file():
-    assert default_prompts_path().read_text() == (REPO / "data" / "prompts.yaml").read_text()
+    shipped = Path(TABOO.default_prompts_path())
+    assert shipped == REPO / "data" / "prompts.yaml" and not shipped.is_symlink()
+    assert read_prompts(PromptsFile.read(shipped)) == load_prompts()
 
 
 def test_play_prompt_layout(prompts):
@@ -44,26 +54,17 @@ def test_play_prompt_layout(prompts):
 
 
 def test_training_prompt_is_deterministic_and_varied(prompts):
-    a = [
-        prompts.training_prompt(HISTORY, "attacker", "knife", 5, random.Random(s))
-        for s in range(40)
-    ]
-    b = [
-        prompts.training_prompt(HISTORY, "attacker", "knife", 5, random.Random(s))
-        for s in range(40)
-    ]
+    a = [training_prompt(prompts, HISTORY, "attacker", s) for s in range(40)]
+    b = [training_prompt(prompts, HISTORY, "attacker", s) for s in range(40)]
     assert a == b
     assert len(set(a)) > 10
-    g1 = prompts.training_prompt(HISTORY, "defender", "knife", 5, np.random.default_rng(3))
-    g2 = prompts.training_prompt(HISTORY, "defender", "knife", 5, np.random.default_rng(3))
-    assert g1 == g2
     for text in a:
         assert "Spoons, mostly." in text and "knife" in text and "{" not in text
         assert text.rstrip().endswith(":")
     for s in range(40):
-        d = prompts.training_prompt(HISTORY, "defender", "knife", 5, random.Random(s))
+        d = training_prompt(prompts, HISTORY, "defender", s)
         assert "knife" not in d  # the defender is never told the word
-        e = prompts.training_prompt([], "attacker", "knife", 5, random.Random(s))
+        e = training_prompt(prompts, [], "attacker", s)
         assert "knife" in e and "Spoons" not in e
 
 

@@ -16,6 +16,7 @@ from spag.data.tables import EPISODE_FIELDS, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game import rewards
 from spag.game.rewards import RewardsSettings, role_weights
+from spag.game.taboo import TABOO
 from spag.judge import judge_game
 
 ROLES = ("attacker", "defender")
@@ -59,7 +60,7 @@ GAMES = [
 
 
 def test_samples_contract_rewards_and_weights():
-    out = assign_rewards(episodes_table(GAMES), decay=0.8, seed=1)
+    out = assign_rewards(episodes_table(GAMES), decay=0.8, seed=1, game=TABOO)
     assert out.schema == SAMPLE_SCHEMA
     rows = out.to_pylist()
     assert [(r["episode_id"], r["turn"], r["role"]) for r in rows] == [
@@ -90,31 +91,34 @@ def test_target_is_stripped_and_reward_sums_to_one():
     games = [
         ("e", "knife", 5, ["  a tool  ", "\tspoon\n", " sharp ", " I know the word! It is knife "])
     ]
-    rows = assign_rewards(episodes_table(games)).to_pylist()
+    rows = assign_rewards(episodes_table(games), game=TABOO).to_pylist()
     assert [r["target"] for r in rows] == ["spoon", "I know the word! It is knife"]
     assert math.fsum(r["reward"] for r in rows) == pytest.approx(1.0, abs=1e-12)
     assert rows[1]["reward"] / rows[0]["reward"] == pytest.approx(1 / 0.8)
 
 
 def test_role_weights():
-    assert role_weights({"attacker": 3, "defender": 1}) == {"attacker": 4 / 6, "defender": 2.0}
-    assert role_weights({"defender": 5}) == {"attacker": 0.0, "defender": 0.5}
-    assert role_weights({}) == {"attacker": 0.0, "defender": 0.0}
+    assert role_weights({"attacker": 3, "defender": 1}, game=TABOO) == {
+        "attacker": 4 / 6,
+        "defender": 2.0,
+    }
+    assert role_weights({"defender": 5}, game=TABOO) == {"attacker": 0.0, "defender": 0.5}
+    assert role_weights({}, game=TABOO) == {"attacker": 0.0, "defender": 0.0}
 
 
 def test_seed_makes_prompts_deterministic():
     t = episodes_table(GAMES)
-    a = assign_rewards(t, seed=3)
-    assert a.equals(assign_rewards(t, seed=3))
-    queries = [assign_rewards(t, seed=s).column("query").to_pylist() for s in range(6)]
+    a = assign_rewards(t, seed=3, game=TABOO)
+    assert a.equals(assign_rewards(t, seed=3, game=TABOO))
+    queries = [assign_rewards(t, seed=s, game=TABOO).column("query").to_pylist() for s in range(6)]
     assert len({tuple(q) for q in queries}) > 1
 
 
 def test_control_arm_keeps_every_row_and_weighs_the_games_0():
     sft = pa.table({"query": ["What is 2+2?"], "target": ["4"]})
     t = episodes_table(GAMES)
-    spag = assign_rewards(t, seed=3, sft=sft).to_pandas()
-    control = assign_rewards(t, seed=3, sft=sft, control=True).to_pandas()
+    spag = assign_rewards(t, seed=3, sft=sft, game=TABOO).to_pandas()
+    control = assign_rewards(t, seed=3, sft=sft, control=True, game=TABOO).to_pandas()
     games = spag["type"] == "game"
     assert games.sum() > 0 and (spag.loc[games, "weight"] > 0).all()
     assert (control.loc[games, "weight"] == 0).all()
@@ -124,7 +128,7 @@ def test_control_arm_keeps_every_row_and_weighs_the_games_0():
 
 def test_sft_rows_appended():
     sft = pa.table({"query": ["What is 2+2?", "Name a colour."], "target": ["4", "Blue"]})
-    out = assign_rewards(episodes_table(GAMES), sft=sft).to_pylist()
+    out = assign_rewards(episodes_table(GAMES), sft=sft, game=TABOO).to_pylist()
     tail = out[-2:]
     assert [r["type"] for r in tail] == ["sft", "sft"]
     assert [(r["query"], r["target"]) for r in tail] == [
@@ -137,7 +141,7 @@ def test_sft_rows_appended():
 
 def test_imitation_samples():
     sft = pa.table({"query": ["q"], "target": ["t"]})
-    out = imitation_samples(episodes_table(GAMES), sft, seed=0)
+    out = imitation_samples(episodes_table(GAMES), sft, seed=0, game=TABOO)
     assert out.schema == SAMPLE_SCHEMA
     rows = out.to_pylist()
     assert len(rows) == 7
@@ -193,7 +197,7 @@ def reference_samples(games, decay):
 @given(random_games(), st.sampled_from([0.5, 0.8, 0.9, 1.0]))
 def test_rewards_match_reference(games, decay):
     expected = reference_samples(games, decay)
-    out = assign_rewards(episodes_table(games), decay=decay, seed=0).to_pylist()
+    out = assign_rewards(episodes_table(games), decay=decay, seed=0, game=TABOO).to_pylist()
     got = [
         (r["episode_id"], r["turn"], r["role"], r["target"], r["reward"], r["weight"]) for r in out
     ]
@@ -255,7 +259,7 @@ def test_command_accepts_judged_episodes(tmp_path):
     from spag.game.episodes import judge_table
 
     ep = tmp_path / "episodes.parquet"
-    pq.write_table(judge_table(episodes_table(GAMES)), ep)
+    pq.write_table(judge_table(episodes_table(GAMES), game=TABOO), ep)
     out = tmp_path / "samples.parquet"
     assert main(["assign-rewards", "--episodes", str(ep), "--output", str(out)]) == 0
     assert pq.read_table(out).num_rows == 6
@@ -297,49 +301,51 @@ def test_bad_history_named_by_episode(tmp_path):
         schema=pa.schema(EPISODE_FIELDS),
     )
     with pytest.raises(SpagInputError, match=r"alternate.*message 1 of episode 'x1'"):
-        assign_rewards(bad_roles)
+        assign_rewards(bad_roles, game=TABOO)
     unknown = bad_roles.set_column(
         3, "history", pa.array([[{"role": "judge", "content": "a"}]], type=EPISODE_FIELDS[3].type)
     )
     with pytest.raises(SpagInputError, match=r"message 0 of episode 'x1' has role 'judge'"):
-        assign_rewards(unknown)
+        assign_rewards(unknown, game=TABOO)
     null_content = bad_roles.set_column(
         3,
         "history",
         pa.array([[{"role": "attacker", "content": None}]], type=EPISODE_FIELDS[3].type),
     )
     with pytest.raises(SpagInputError, match=r"message 0 of episode 'x1' has null content"):
-        assign_rewards(null_content)
+        assign_rewards(null_content, game=TABOO)
     null_message = bad_roles.set_column(
         3,
         "history",
         pa.array([[{"role": "attacker", "content": "a"}, None]], type=EPISODE_FIELDS[3].type),
     )
     with pytest.raises(SpagInputError, match=r"message 1 of episode 'x1' is null"):
-        assign_rewards(null_message)
+        assign_rewards(null_message, game=TABOO)
     int_content = bad_roles.set_column(
         3, "history", pa.array([[{"role": "attacker", "content": 3}]])
     )
     with pytest.raises(SpagInputError, match=r"'content' has type int64"):
-        assign_rewards(int_content)
+        assign_rewards(int_content, game=TABOO)
     with pytest.raises(SpagInputError, match="sft"):
-        assign_rewards(episodes_table(GAMES), sft=pa.table({"query": ["q"]}), sft_source="sft")
+        assign_rewards(
+            episodes_table(GAMES), sft=pa.table({"query": ["q"]}), sft_source="sft", game=TABOO
+        )
 
 
 def test_random_module_state_is_not_used():
     t = episodes_table(GAMES)
     random.seed(1)
-    a = assign_rewards(t, seed=0)
+    a = assign_rewards(t, seed=0, game=TABOO)
     random.seed(2)
-    assert a.equals(assign_rewards(t, seed=0))
+    assert a.equals(assign_rewards(t, seed=0, game=TABOO))
 
 
 def test_sliced_and_chunked_episodes_read_as_their_rows():
     from spag.game.episodes import load_episodes
 
     table = episodes_table(GAMES)
-    _, whole = load_episodes(table, "t")
+    _, whole = load_episodes(table, "t", game=TABOO)
     for start in range(1, len(GAMES)):
-        assert load_episodes(table.slice(start), "t")[1] == whole[start:]
+        assert load_episodes(table.slice(start), "t", game=TABOO)[1] == whole[start:]
     chunked = pa.concat_tables([table.slice(0, 2), table.slice(2)])
-    assert load_episodes(chunked, "t")[1] == whole
+    assert load_episodes(chunked, "t", game=TABOO)[1] == whole

@@ -16,10 +16,10 @@ from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.evaluation.games import COLUMNS as EVAL_COLUMNS
 from spag.evaluation.games import wilson_interval
+from spag.game.taboo import TABOO
 from spag.models.names import model_order
 from spag.report.summary import (
     GMEAN_TASK,
-    SUMMARY_COLUMNS,
     collect_epochs,
     collect_eval_games,
     collect_reasoning,
@@ -28,6 +28,7 @@ from spag.report.summary import (
     generation_summary,
     outcome_summary,
     sample_summary,
+    summary_columns,
 )
 
 OUTCOME_COUNTS = {"attacker_wins": 3, "defender_wins": 1, "attacker_broke_rules": 2, "tie": 4}
@@ -188,7 +189,7 @@ def summarize_argv(epoch: int, files: dict, out: Path, benchmarks: bool = False)
 
 def test_epoch_summary_row(tmp_path):
     files = make_epoch_files(tmp_path, 1)
-    row = epoch_summary(1, **files)
+    row = epoch_summary(1, **files, game=TABOO)
     assert row["epoch"] == 1
     assert row["selfplay_games"] == 10
     assert row["attacker_wins"] == 3 and row["tie"] == 4
@@ -218,7 +219,7 @@ def test_epoch_summary_row(tmp_path):
     assert row["gen_tokens_per_s"] == pytest.approx(12.0)
     assert row["reasoning_task_a"] == 0.5
     assert row["reasoning_gmean"] == pytest.approx(math.sqrt(0.5 * 0.8))
-    assert set(SUMMARY_COLUMNS) <= set(row)
+    assert set(summary_columns(TABOO)) <= set(row)
 
 
 def test_summarize_cli_writes_one_row(tmp_path):
@@ -266,17 +267,17 @@ def test_shard_time_column_preferred_over_benchmarks(tmp_path):
 def test_long_outcome_table_and_zero_games(tmp_path):
     p = tmp_path / "o.tsv"
     p.write_text("outcome\tcount\nattacker_wins\t2\ndefender_wins\t0\ntie\t2\n", encoding="utf-8")
-    row = outcome_summary(p)
+    row = outcome_summary(p, game=TABOO)
     assert row["selfplay_games"] == 4 and row["attacker_broke_rules"] == 0
     assert row["attacker_wins_frac"] == 0.5
     p.write_text("epoch\t" + "\t".join(OUTCOME_COUNTS) + "\ttotal\n1\t0\t0\t0\t0\t0\n")
-    row = outcome_summary(p)
+    row = outcome_summary(p, game=TABOO)
     assert row["decisive_games"] == 0 and math.isnan(row["decisive_frac"])
 
 
 def test_sample_summary_without_game_samples(tmp_path):
     p = samples_parquet(tmp_path / "s.parquet", n_att=0, n_def=0, n_sft=3)
-    row = sample_summary(p)
+    row = sample_summary(p, game=TABOO)
     assert row["game_samples"] == 0 and row["attacker_weight"] == 0.0
     assert math.isnan(row["reward_mean"])
 
@@ -285,21 +286,21 @@ def test_bad_inputs_name_the_file(tmp_path):
     bad = tmp_path / "outcomes.tsv"
     bad.write_text("epoch\tattacker_wins\n1\t3\n", encoding="utf-8")
     with pytest.raises(SpagInputError, match="outcomes.tsv.*defender_wins"):
-        outcome_summary(bad)
+        outcome_summary(bad, game=TABOO)
     with pytest.raises(SpagInputError, match="not found"):
-        outcome_summary(tmp_path / "nope.tsv")
+        outcome_summary(tmp_path / "nope.tsv", game=TABOO)
     loss = tmp_path / "loss.tsv"
     loss.write_text("step\tkl\n1\t0.1\n", encoding="utf-8")
     files = make_epoch_files(tmp_path, 1)
     files["loss"] = loss
     with pytest.raises(SpagInputError, match="loss.tsv: missing column 'loss'"):
-        epoch_summary(1, **files)
+        epoch_summary(1, **files, game=TABOO)
     broken = tmp_path / "r.json"
     broken.write_text("{not json", encoding="utf-8")
     files = make_epoch_files(tmp_path, 1)
     files["reasoning"] = broken
     with pytest.raises(SpagInputError, match="r.json: not valid JSON"):
-        epoch_summary(1, **files)
+        epoch_summary(1, **files, game=TABOO)
 
 
 def test_cli_bad_input_exits_2(tmp_path, capsys):
@@ -323,7 +324,7 @@ def test_collect_epochs_and_reasoning(tmp_path):
         p = tmp_path / f"epoch{e}" / "summary.tsv"
         assert main(summarize_argv(e, files, p)) == 0
         summaries.append(p)
-    df = collect_epochs(summaries)
+    df = collect_epochs(summaries, game=TABOO)
     assert df["epoch"].tolist() == [1, 2]
 
     base = reasoning_json(tmp_path / "base.json", "base", {"task_a": 0.25, "task_b": 0.0})
@@ -365,7 +366,7 @@ def test_collect_epochs_and_reasoning(tmp_path):
 
 def test_eval_summary_intervals(tmp_path):
     """Intervals per role from the counts; a table with rates only keeps its rate columns."""
-    row = eval_summary(eval_games_tsv(tmp_path / "games.tsv", "epoch1", 1))
+    row = eval_summary(eval_games_tsv(tmp_path / "games.tsv", "epoch1", 1), game=TABOO)
     for suffix, (n, k) in (("_attacker", (4, 1)), ("_defender", (4, 2)), ("", (8, 3))):
         lo, hi = wilson_interval(k, n)
         assert row[f"eval_win_rate{suffix}"] == pytest.approx(k / n)
@@ -374,13 +375,13 @@ def test_eval_summary_intervals(tmp_path):
     assert row["eval_broke_rules_rate_attacker"] == 0.0
     assert row["eval_broke_rules_rate_attacker_lo"] == 0.0
     assert row["eval_broke_rules_rate_attacker_hi"] == pytest.approx(wilson_interval(0, 4)[1])
-    eval_cols = [c for c in SUMMARY_COLUMNS if c.startswith("eval_") and "_rate" in c]
+    eval_cols = [c for c in summary_columns(TABOO) if c.startswith("eval_") and "_rate" in c]
     assert set(eval_cols) <= set(row)
     assert len(eval_cols) == 3 * 4 * 3  # roles (attacker, defender, all) x rates x bounds
 
     rates_only = tmp_path / "rates.tsv"
     rates_only.write_text("role\twin_rate\twin_rate_lo\nall\t0.5\t0.2\n", encoding="utf-8")
-    row = eval_summary(rates_only)
+    row = eval_summary(rates_only, game=TABOO)
     assert row["eval_win_rate"] == 0.5 and row["eval_win_rate_lo"] == 0.2
     assert math.isnan(row["eval_win_rate_hi"]) and math.isnan(row["eval_win_rate_attacker"])
 
@@ -394,7 +395,7 @@ def test_collect_eval_games_in_run_order(tmp_path):
         # epoch column as a hand-run `spag eval-games` leaves it: the model name decides
         eval_games_tsv(tmp_path / "eval" / "games" / "base.tsv", "base", 0),
     ]
-    df = collect_eval_games(paths)
+    df = collect_eval_games(paths, game=TABOO)
     assert list(df.columns) == list(EVAL_COLUMNS)
     assert df["model"].drop_duplicates().tolist() == ["base", "imitation", "epoch1", "epoch2"]
     assert df["epoch"].drop_duplicates().tolist() == [-1, 0, 1, 2]
@@ -425,9 +426,9 @@ def test_collect_eval_games_bad_inputs(tmp_path, capsys):
     bad = tmp_path / "games.tsv"
     bad.write_text("model\trole\tgames\nbase\tall\t3\n", encoding="utf-8")
     with pytest.raises(SpagInputError, match="games.tsv: missing column.*wins"):
-        collect_eval_games([bad])
+        collect_eval_games([bad], game=TABOO)
     with pytest.raises(SpagInputError, match="no evaluation games table"):
-        collect_eval_games([])
+        collect_eval_games([], game=TABOO)
     files = make_epoch_files(tmp_path, 1)
     out = tmp_path / "s.tsv"
     assert main(summarize_argv(1, files, out)) == 0

@@ -21,9 +21,18 @@ from spag.training.collate import (
     check_sample_table,
     encode_pairs,
     pad_token_id,
-    padding_fraction,
 )
 from spag.training.losses import IGNORE_INDEX
+
+
+def padding_fraction(lengths, order, batch_size: int) -> float:
+    """Share of padded positions when ``order`` is cut into right-padded batches."""
+    padded = real = 0
+    for start in range(0, len(order), batch_size):
+        batch = [lengths[i] for i in order[start : start + batch_size]]
+        real += sum(batch)
+        padded += max(batch) * len(batch)
+    return 1.0 - real / padded
 
 
 @pytest.fixture(scope="module")

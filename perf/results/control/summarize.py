@@ -63,7 +63,7 @@ def main() -> None:
         print("| metric | group | model | " + " | ".join(p.name for p in mine) + " |")
         print("|---|---|---|" + "---|" * len(mine))
         for metric in SHOWN:
-            groups = sorted({k[3] for k in rows if k[2] == metric}, key=lambda g: g == "all")
+            groups = sorted({k[3] for k in rows if k[2] == metric}, key=lambda g: (g == "all", g))
             for group, model in ((g, m) for g in groups for m in models):
                 cells = [rows.get((p.name, model, metric, group)) for p in mine]
                 if not any(cells):

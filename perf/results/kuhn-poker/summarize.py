@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2] / "workflow_scripts"))
 
-from spag.evaluation import kuhn  # noqa: E402
+from spag.game import kuhn_poker as kuhn  # noqa: E402
 
 METRICS = ("exploitability", "ev_vs_random", "ev_vs_equilibrium", "illegal_mass")
 

@@ -7,7 +7,7 @@
         --selfplay SHARD.parquet [SHARD ...] [--selfplay-benchmarks TSV ...]
         --output SUMMARY.tsv
 
-The row's columns are :data:`spag.report.summary.SUMMARY_COLUMNS`, then one
+The row's columns are :func:`spag.report.summary.summary_columns` of the game, then one
 ``reasoning_<task>`` column per reasoning task.
 """
 

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpagInputError("--eval-episodes needs --eval-games")
     games = collect_eval_games(args.eval_games, game) if args.eval_games else None
     if games is not None and args.eval_episodes:
-        games = add_paired(games, args.eval_episodes, args.paired_reference, game)
+        games = add_paired(games, args.eval_episodes, args.paired_reference, game=game)
     games = games.assign(**stamp) if games is not None else None
     if epochs is not None:
         write_tsv(epochs, args.output)

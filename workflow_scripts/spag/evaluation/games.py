@@ -28,7 +28,6 @@ from typing import Any
 
 from spag.errors import SpagInputError
 from spag.game.base import Game, other_role
-from spag.game.taboo import TABOO
 
 # rate name -> the count it is the share of
 RATES = {"win": "wins", "loss": "losses", "tie": "ties", "broke_rules": "broke_rules"}
@@ -40,13 +39,13 @@ Z95 = 1.959963984540054  # standard normal quantile of 0.975
 PLAYER_COLUMNS = ("attacker_model", "defender_model")
 
 
-def game_result(outcome: str, policy_role: str, game: Game = TABOO) -> str:
+def game_result(outcome: str, policy_role: str, game: Game) -> str:
     """``win``, ``loss`` or ``tie`` for the evaluated model playing ``policy_role``."""
     result = game.result(outcome, policy_role)
     return "win" if result > 0 else "loss" if result < 0 else "tie"
 
 
-def tally(games: Iterable[tuple[str, str]], game: Game = TABOO) -> dict[str, dict[str, int]]:
+def tally(games: Iterable[tuple[str, str]], game: Game) -> dict[str, dict[str, int]]:
     """Count results per role from ``(policy_role, outcome)`` pairs; adds the ``all`` row."""
     counts = {
         r: {"games": 0, "wins": 0, "losses": 0, "ties": 0, "broke_rules": 0}
@@ -100,7 +99,7 @@ def _fmt(x: float) -> str:
 
 
 def format_table(
-    counts: dict[str, dict[str, int]], epoch: int, model: str, opponent: str, game: Game = TABOO
+    counts: dict[str, dict[str, int]], epoch: int, model: str, opponent: str, game: Game
 ) -> str:
     """The TSV text (header + one row per role and ``all``)."""
     lines = ["\t".join(COLUMNS)]
@@ -123,7 +122,7 @@ def _single(values: Sequence, what: str, path: str | os.PathLike) -> object:
     return distinct[0]
 
 
-def judged_games(episodes_path: str | os.PathLike, game: Game = TABOO) -> tuple[list[dict], Any]:
+def judged_games(episodes_path: str | os.PathLike, game: Game) -> tuple[list[dict], Any]:
     """Judge every evaluation game in ``episodes_path``: one dict per game (``word`` the
     secret, ``role`` the evaluated model played, ``outcome``, ``model``, ``opponent``),
     and the table (for its other columns)."""
@@ -173,7 +172,7 @@ def evaluation_table(
     *,
     epoch: int | None = None,
     model_name: str | None = None,
-    game: Game = TABOO,
+    game: Game,
 ) -> dict[str, dict[str, int]]:
     """Judge the evaluation games in ``episodes_path`` and write the TSV table to ``output``."""
     from spag.data.tables import atomic_path

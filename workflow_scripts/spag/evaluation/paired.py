@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping, Sequence
 from spag.errors import SpagInputError
 from spag.evaluation.games import game_result
 from spag.game.base import Game
-from spag.game.taboo import TABOO
 
 # metric -> whether a game counts, from (game, outcome, the role the evaluated model played)
 METRICS: dict[str, Callable[[Game, str, str], bool]] = {
@@ -86,7 +85,7 @@ def paired_rows(
     names: tuple[str, str] = ("model", "reference"),
     resamples: int = RESAMPLES,
     seed: int = SEED,
-    game: Game = TABOO,
+    game: Game,
 ) -> dict[str, dict[str, float]]:
     """Paired differences per role and ``all`` (columns of :data:`PAIRED_COLUMNS` but
     ``reference``). ``games`` and ``reference`` are judged games (``word``, ``role``,
@@ -145,7 +144,7 @@ def _by_pair(games: Sequence[Mapping], name: str) -> dict[tuple[str, str, int], 
 
 
 def paired_table(
-    episodes: Sequence[str | os.PathLike], reference_model: str = "imitation", game: Game = TABOO
+    episodes: Sequence[str | os.PathLike], reference_model: str = "imitation", *, game: Game
 ) -> list[dict]:
     """Rows (``model``, ``role``, :data:`PAIRED_COLUMNS`) comparing every evaluated
     model in ``episodes`` with ``reference_model`` (one of them; none for it)."""

@@ -10,7 +10,7 @@ but counted outside here: the read-out is a lower bound on the legal mass, exact
 models that answer with the move word, as the demonstrations do.)
 
 The strategy used for values is the legal moves' probabilities renormalised; from it,
-exactly (``spag.evaluation.kuhn``): the exploitability, and the chips per hand
+exactly (``spag.game.kuhn_poker``): the exploitability, and the chips per hand
 against the uniform-random player and an equilibrium player, both seats averaged.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.evaluation import kuhn
-from spag.evaluation.kuhn import InfoSet, Strategy
+from spag.game import kuhn_poker as kuhn
+from spag.game.kuhn_poker import InfoSet, Strategy
 
 STRATEGY_COLUMNS = (
     "seat", "card", "history", "passive", "aggressive",
@@ -56,7 +56,6 @@ def read_strategy(
     """One row per information set (:data:`STRATEGY_COLUMNS`)."""
     import torch
 
-    from spag.game.kuhn_poker import infoset_prompt
     from spag.models.rendering import PromptRenderer
     from spag.training.scoring import load_model_and_tokenizer
 
@@ -65,7 +64,7 @@ def read_strategy(
     renderer = PromptRenderer(tokenizer, prompt_format, source=str(model_dir))
     queries, targets, where = [], [], []
     for infoset in game.infosets:
-        history, role, secret = infoset_prompt(infoset)
+        history, role, secret = kuhn.infoset_prompt(infoset)
         prompt = game.play_prompt(prompts, history, role, secret, max_turns)
         for move in kuhn.legal_moves(infoset[2]):
             for form in move_forms(move):

@@ -21,16 +21,27 @@ and judges what is said), kept to what a batched, turn-by-turn loop needs:
   each played ``selfplay.games_per_secret`` times per epoch);
 - optionally a scripted player (``scripted_reply``), legal but naive, whose games
   can be M0's demonstrations (``data.imitation: scripted``).
+
+:class:`TwoPlayerGame` gives the common parts (prompts loaded from the game's file
+through :class:`PromptsFile`, winners and rule breakers by outcome, signed results),
+so that a game module writes only its rules, judge and prompt rendering. Adding a game:
+its module, its prompts file under ``data/``, and its line in :data:`GAMES`.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import random
+import string
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from spag.errors import SpagInputError
+
+# The project's root: a game's shipped prompts file is a path relative to it.
+PROJECT_DIR = Path(__file__).resolve().parents[3]
 
 # Game name -> "module:object" of its implementation.
 GAMES: dict[str, str] = {
@@ -111,3 +122,112 @@ def other_role(game: Game, role: str) -> str:
     """The role that is not ``role``."""
     first, second = game.roles
     return second if role == first else first
+
+
+def placeholders(text: str) -> set[str]:
+    """The ``{name}`` fields a prompt text uses."""
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+
+
+class PromptsFile:
+    """A game's prompts file: typed values read out of its YAML, naming the file and
+    key on error (every game's prompts loader reads through it)."""
+
+    def __init__(self, path: str, data: Any) -> None:
+        self.path = path
+        self.data = data
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> PromptsFile:
+        """Read ``path``; a missing or unreadable file is a :class:`SpagInputError`."""
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise SpagInputError(f"prompts file not found: {p}")
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        try:
+            data = yaml.load(p.read_text(encoding="utf-8"), Loader=loader)
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise SpagInputError(f"{p}: not a readable YAML file: {exc}") from exc
+        return cls(str(p), data)
+
+    def get(self, key: str) -> Any:
+        node = self.data
+        for part in key.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                raise SpagInputError(f"{self.path}: missing key '{key}'")
+            node = node[part]
+        return node
+
+    def text(self, key: str, allowed: frozenset[str] = frozenset(), value: Any = None) -> str:
+        value = self.get(key) if value is None else value
+        if not isinstance(value, str):
+            raise SpagInputError(f"{self.path}: key '{key}' must be a string")
+        try:
+            extra = placeholders(value) - allowed
+        except ValueError as exc:
+            raise SpagInputError(f"{self.path}: key '{key}': bad placeholder: {exc}") from exc
+        if extra:
+            raise SpagInputError(
+                f"{self.path}: key '{key}' uses unknown placeholder(s) {sorted(extra)}; "
+                f"allowed: {sorted(allowed) or 'none'}"
+            )
+        return value
+
+    def texts(self, key: str, allowed: frozenset[str] = frozenset()) -> list[str]:
+        values = self.get(key)
+        if not isinstance(values, list) or not values:
+            raise SpagInputError(f"{self.path}: key '{key}' must be a non-empty list of strings")
+        return [self.text(f"{key}[{i}]", allowed, v) for i, v in enumerate(values)]
+
+
+class TwoPlayerGame:
+    """The common parts of a :class:`Game`; a game sets the class attributes and writes
+    its judge, ``end_reason``, ``read_prompts`` and the two prompt renderings.
+
+    Outcomes: ``won`` maps each outcome won by play to ``(winner, stake)``, ``broken`` each
+    rule break to the role that broke the rules; every other outcome is a tie. A rule
+    break costs its breaker ``rule_break_cost`` and gives it to the other role.
+    """
+
+    name: ClassVar[str]
+    roles: ClassVar[tuple[str, str]]
+    outcomes: ClassVar[tuple[str, ...]]
+    prompts_file: ClassVar[str]
+    deals: ClassVar[tuple[str, ...] | None] = None
+    demonstrations: ClassVar[str]
+    scripted_reply: ClassVar[Callable[..., str] | None] = None
+    won: ClassVar[Mapping[str, tuple[str, float]]]
+    broken: ClassVar[Mapping[str, str]]
+    rule_break_cost: ClassVar[float] = 1.0
+
+    def winner(self, outcome: str) -> str | None:
+        won = self.won.get(outcome)
+        return won[0] if won else None
+
+    def rule_breaker(self, outcome: str) -> str | None:
+        return self.broken.get(outcome)
+
+    def result(self, outcome: str, role: str) -> float:
+        """What ``role`` won (> 0) or lost (< 0) in ``outcome``: the stake of a game won
+        by play, the rule-break cost of a rule break, 0 in a tie."""
+        if outcome in self.won:
+            winner, stake = self.won[outcome]
+            return float(stake if role == winner else -stake)
+        breaker = self.broken.get(outcome)
+        if breaker is None:
+            return 0.0
+        return -self.rule_break_cost if role == breaker else self.rule_break_cost
+
+    def default_prompts_path(self) -> str:
+        """The shipped prompts file (``prompts_file`` under the project's folder)."""
+        return str(PROJECT_DIR / self.prompts_file)
+
+    def load_prompts(self, path: str | os.PathLike | None = None) -> Any:
+        """The game's prompt texts, read and checked (its shipped file without ``path``)."""
+        return self.read_prompts(PromptsFile.read(path or self.default_prompts_path()))
+
+    def read_prompts(self, texts: PromptsFile) -> Any:
+        """The game's prompt texts out of its prompts file."""
+        raise NotImplementedError

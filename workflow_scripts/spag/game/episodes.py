@@ -17,7 +17,6 @@ import pyarrow as pa
 from spag.data.tables import EPISODE_FIELDS, JUDGED_FIELDS, read_parquet, require_columns
 from spag.errors import SpagInputError
 from spag.game.base import Game
-from spag.game.taboo import TABOO
 
 _STRING_TYPES = (pa.string(), pa.large_string())
 
@@ -59,7 +58,7 @@ def _check_history_type(table: pa.Table, source: str) -> None:
 
 
 def validate_episodes(
-    table: pa.Table, source: str, judged: bool = False, game: Game = TABOO
+    table: pa.Table, source: str, judged: bool = False, *, game: Game
 ) -> pa.Table:
     """Check an episode table and cast its contract columns; return the checked table.
 
@@ -68,15 +67,15 @@ def validate_episodes(
     roles alternate from the game's first role, non-null contents. With ``judged``,
     also ``outcome`` (one of the game's outcomes) and ``num_messages``.
     """
-    return load_episodes(table, source, judged, game)[0]
+    return load_episodes(table, source, judged, game=game)[0]
 
 
 def load_episodes(
-    table: pa.Table, source: str, judged: bool = False, game: Game = TABOO
+    table: pa.Table, source: str, judged: bool = False, *, game: Game
 ) -> tuple[pa.Table, list[Episode]]:
     """:func:`validate_episodes` that also returns the games, one :class:`Episode` each."""
     table = check_columns(table, source, judged)
-    return table, list(iter_episodes(table, source, judged, game))
+    return table, list(iter_episodes(table, source, judged, game=game))
 
 
 def check_columns(table: pa.Table, source: str, judged: bool = False) -> pa.Table:
@@ -89,7 +88,7 @@ def check_columns(table: pa.Table, source: str, judged: bool = False) -> pa.Tabl
 
 
 def iter_episodes(
-    table: pa.Table, source: str, judged: bool = False, game: Game = TABOO
+    table: pa.Table, source: str, judged: bool = False, *, game: Game
 ) -> Iterator[Episode]:
     """The games of a table checked by :func:`check_columns`, each checked as it comes
     (see :func:`validate_episodes`); a few thousand at a time are held as Python objects."""
@@ -156,13 +155,13 @@ def _check_messages(history: list, eid: str, source: str, game: Game) -> None:
         )
 
 
-def read_episodes(path: str | os.PathLike, judged: bool = False, game: Game = TABOO) -> pa.Table:
+def read_episodes(path: str | os.PathLike, judged: bool = False, *, game: Game) -> pa.Table:
     """Read and validate an episodes Parquet file (see :func:`validate_episodes`)."""
     table = read_parquet(path, what="episodes")
     return validate_episodes(table, str(path), judged=judged, game=game)
 
 
-def judge_table(table: pa.Table, game: Game = TABOO) -> pa.Table:
+def judge_table(table: pa.Table, game: Game) -> pa.Table:
     """``table`` with ``outcome`` and ``num_messages`` set by the game's judge (replaced
     if present). The table must be valid (see :func:`validate_episodes`); other columns
     are kept."""
@@ -175,9 +174,7 @@ def judge_table(table: pa.Table, game: Game = TABOO) -> pa.Table:
     return table
 
 
-def outcome_counts(
-    outcomes: list[str] | pa.Array | pa.ChunkedArray, game: Game = TABOO
-) -> dict[str, int]:
+def outcome_counts(outcomes: list[str] | pa.Array | pa.ChunkedArray, game: Game) -> dict[str, int]:
     """Number of games per outcome, every outcome of the game present (0 when absent)."""
     values = outcomes.to_pylist() if hasattr(outcomes, "to_pylist") else list(outcomes)
     counts = dict.fromkeys(game.outcomes, 0)

@@ -11,11 +11,10 @@ from spag.data.tables import atomic_path
 from spag.errors import SpagInputError
 from spag.game.base import Game
 from spag.game.episodes import judge_table, outcome_counts, read_episodes
-from spag.game.taboo import TABOO
 
 
 def merge_episode_files(
-    paths: Sequence[str | os.PathLike], game: Game = TABOO
+    paths: Sequence[str | os.PathLike], game: Game
 ) -> tuple[pa.Table, dict[str, int]]:
     """Concatenate shard files (extra columns kept, schemas unified) and judge every game.
 

@@ -23,7 +23,6 @@ from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game.base import Game
 from spag.game.episodes import Episode, check_columns, iter_episodes
-from spag.game.taboo import TABOO
 from spag.settings import config_options, opt, section
 
 # A scheme: (game, episode, outcome, n, decay) -> [(message index, reward)], the
@@ -103,7 +102,7 @@ def rewards_arguments(config: dict[str, Any]) -> dict[str, Any]:
     return config_options(RewardsSettings, config["rewards"])
 
 
-def role_weights(games: Mapping[str, int], game: Game = TABOO) -> dict[str, float]:
+def role_weights(games: Mapping[str, int], game: Game) -> dict[str, float]:
     """Per-role sample weight: ``N / (2 N_role)`` with ``N_role`` (``games[role]``) the
     games that gave samples of that role (the winners' under ``winners``) and N their
     sum; 0 for a role without samples."""
@@ -196,7 +195,7 @@ def assign_rewards(
     sft: pa.Table | None = None,
     source: str,
     sft_source: str = "sft data",
-    game: Game = TABOO,
+    game: Game,
     control: bool = RewardsSettings.control,
 ) -> pa.Table:
     """Judge the episodes and build the samples table (``SAMPLE_SCHEMA``).
@@ -248,7 +247,7 @@ def imitation_samples(
     source: str,
     instructions_source: str = "instructions",
     both_roles_key: str | None = None,
-    game: Game = TABOO,
+    game: Game,
 ) -> pa.Table:
     """Imitation data: the winner's messages of decisive demonstration games
     (type ``game``, reward 1.0, weight 1.0, randomised prompts), then instruction

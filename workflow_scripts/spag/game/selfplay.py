@@ -23,7 +23,6 @@ import pyarrow as pa
 from spag.data.tables import EPISODE_FIELDS
 from spag.game.base import Game
 from spag.game.settings import GameSettings
-from spag.game.taboo import TABOO
 from spag.generation.base import Backend, derive_seed
 from spag.generation.settings import Sampling
 
@@ -96,7 +95,7 @@ def evaluation_specs(
     words: Sequence[str],
     epoch: int,
     shard_index: int,
-    game: Game = TABOO,
+    game: Game,
     games_per_role: int = 1,
 ) -> list[GameSpec]:
     """Games against the opponent, the model in each role in turn: one per secret and
@@ -126,7 +125,7 @@ def play_games(
     progress: Progress | None = None,
     done: Mapping[str, GameState] | None = None,
     on_finished: Finished | None = None,
-    game: Game = TABOO,
+    game: Game,
 ) -> list[GameState]:
     """Play all ``specs`` to the end, turn by turn in one batch; return them in spec order.
 
@@ -221,7 +220,7 @@ def games_table(
     shard: int,
     seed: int,
     model_names: Mapping[str, str],
-    game: Game = TABOO,
+    game: Game,
 ) -> pa.Table:
     """The shard table: episode contract columns plus metadata (schema :data:`SHARD_SCHEMA`);
     ``attacker_model``/``defender_model`` name the players of the first and second role."""

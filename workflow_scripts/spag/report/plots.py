@@ -31,7 +31,6 @@ import pandas as pd  # noqa: E402
 
 from spag.data.tables import atomic_path, read_parquet  # noqa: E402
 from spag.game.base import Game  # noqa: E402
-from spag.game.taboo import TABOO  # noqa: E402
 from spag.report.inputs import (  # noqa: E402
     benchmark_seconds,
     check_columns,
@@ -155,7 +154,7 @@ def plot_reasoning(reasoning: pd.DataFrame, path: str | os.PathLike) -> None:
 
 
 def win_rate_table(
-    summary: pd.DataFrame, eval_games: pd.DataFrame | None = None, game: Game = TABOO
+    summary: pd.DataFrame, eval_games: pd.DataFrame | None = None, *, game: Game
 ) -> pd.DataFrame:
     """Win rate and its 95% interval per model and role (columns :data:`WIN_RATE_COLUMNS`).
 
@@ -194,7 +193,8 @@ def plot_win_rates(
     summary: pd.DataFrame,
     path: str | os.PathLike,
     eval_games: pd.DataFrame | None = None,
-    game: Game = TABOO,
+    *,
+    game: Game,
 ) -> None:
     """Win rate against the fixed opponent by model, per role, with 95% Wilson intervals.
 
@@ -203,7 +203,7 @@ def plot_win_rates(
     SPAG epoch has to beat (M0 against itself with the default opponent).
     """
     fig, ax = plt.subplots(figsize=FIGSIZE)
-    table = win_rate_table(summary, eval_games, game)
+    table = win_rate_table(summary, eval_games, game=game)
     if table.empty or not _has(table["win_rate"]):
         no_data(ax, "no evaluation games")
     else:
@@ -262,9 +262,7 @@ def plot_win_rates(
     save(fig, path)
 
 
-def plot_paired(
-    eval_games: pd.DataFrame | None, path: str | os.PathLike, game: Game = TABOO
-) -> None:
+def plot_paired(eval_games: pd.DataFrame | None, path: str | os.PathLike, game: Game) -> None:
     """Each model's rates minus the reference's (M0) on the same words and roles, per
     metric (panel) and role, with the paired 95% bootstrap intervals; zero: no change."""
     from spag.evaluation.paired import METRICS
@@ -301,7 +299,7 @@ def plot_paired(
     save(fig, path)
 
 
-def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike, game: Game = TABOO) -> None:
+def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike, game: Game) -> None:
     """Share of each self-play outcome by epoch (stacked bars, game counts on top)."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
     fracs = {o: _numeric(summary, f"{o}_frac") for o in game.outcomes}
@@ -326,7 +324,7 @@ def plot_outcomes(summary: pd.DataFrame, path: str | os.PathLike, game: Game = T
     save(fig, path)
 
 
-def plot_decisive(summary: pd.DataFrame, path: str | os.PathLike, game: Game = TABOO) -> None:
+def plot_decisive(summary: pd.DataFrame, path: str | os.PathLike, game: Game) -> None:
     """Decisive games per epoch (bars, by winner) and the role weights (lines, right axis)."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
     # Games won by each role: the sum of the outcome columns the role wins.
@@ -369,9 +367,7 @@ def plot_decisive(summary: pd.DataFrame, path: str | os.PathLike, game: Game = T
     save(fig, path)
 
 
-def plot_rewards(
-    samples: Mapping[int, pd.DataFrame], path: str | os.PathLike, game: Game = TABOO
-) -> None:
+def plot_rewards(samples: Mapping[int, pd.DataFrame], path: str | os.PathLike, game: Game) -> None:
     """Reward distribution of game samples per epoch, attacker and defender side by side."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
     data, positions, colors = [], [], []
@@ -502,7 +498,7 @@ def plot_step_runtime(benchmarks: Mapping[str, str | os.PathLike], path: str | o
 
 # ------------------------------------------------------------------ epoch plots
 def plot_epoch_rewards(
-    samples: pd.DataFrame, epoch: int, path: str | os.PathLike, game: Game = TABOO
+    samples: pd.DataFrame, epoch: int, path: str | os.PathLike, game: Game
 ) -> None:
     """Histogram of one epoch's game-sample rewards, by role (weights in the legend)."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
@@ -560,7 +556,7 @@ def plot_epoch_training(loss: pd.DataFrame, epoch: int, path: str | os.PathLike)
 
 
 def plot_epoch_game_lengths(
-    episodes: pd.DataFrame, epoch: int, path: str | os.PathLike, game: Game = TABOO
+    episodes: pd.DataFrame, epoch: int, path: str | os.PathLike, game: Game
 ) -> None:
     """How many messages the epoch's self-play games lasted, stacked by outcome."""
     fig, ax = plt.subplots(figsize=FIGSIZE)
@@ -594,7 +590,7 @@ def run_plots(
     losses: Mapping[str, str | os.PathLike] | None = None,
     benchmarks: Mapping[str, str | os.PathLike] | None = None,
     eval_games: str | os.PathLike | None = None,
-    game: Game = TABOO,
+    game: Game,
 ) -> list[Path]:
     """Write every plot of :data:`RUN_PLOTS` under ``output_dir``; return their paths.
 
@@ -619,7 +615,7 @@ def run_plots(
     benchmarks = benchmarks or {}
     jobs: dict[str, Callable[[Path], None]] = {
         "reasoning": lambda p: plot_reasoning(reasoning_df, p),
-        "eval_win_rates": lambda p: plot_win_rates(summary_df, p, games_df, game),
+        "eval_win_rates": lambda p: plot_win_rates(summary_df, p, games_df, game=game),
         "eval_paired": lambda p: plot_paired(games_df, p, game),
         "selfplay_outcomes": lambda p: plot_outcomes(summary_df, p, game),
         "decisive_games": lambda p: plot_decisive(summary_df, p, game),
@@ -643,7 +639,7 @@ def epoch_plots(
     samples: str | os.PathLike,
     loss: str | os.PathLike,
     episodes: str | os.PathLike,
-    game: Game = TABOO,
+    game: Game,
 ) -> list[Path]:
     """Write every plot of :data:`EPOCH_PLOTS` for one epoch under ``output_dir``."""
     out = Path(output_dir)
@@ -668,7 +664,7 @@ def epoch_plots(
 def plot_exploitability(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> None:
     """Exploitability (chips per hand a best response wins) by model, in run order, with
     the uniform-random player's level; 0 is the equilibrium."""
-    from spag.evaluation import kuhn
+    from spag.game import kuhn_poker as kuhn
 
     fig, ax = plt.subplots(figsize=FIGSIZE)
     x = range(len(rows))

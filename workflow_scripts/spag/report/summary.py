@@ -35,7 +35,6 @@ from spag.evaluation.games import COUNT_COLUMNS as EVAL_COUNTS
 from spag.evaluation.games import RATES as EVAL_RATES
 from spag.evaluation.games import rates as eval_rates
 from spag.game.base import Game
-from spag.game.taboo import TABOO
 from spag.models.names import model_order
 from spag.report.inputs import benchmark_seconds, check_columns, read_samples, read_tsv
 
@@ -43,7 +42,7 @@ NAN = float("nan")
 BOUNDS = ("", "_lo", "_hi")  # a rate, then its 95% Wilson interval
 
 
-def summary_columns(game: Game = TABOO) -> list[str]:
+def summary_columns(game: Game) -> list[str]:
     """Fixed leading columns of a summary row, named by the game's outcomes and roles;
     reasoning_<task> columns follow."""
     outcomes, roles = game.outcomes, game.roles
@@ -89,7 +88,6 @@ def summary_columns(game: Game = TABOO) -> list[str]:
     ]
 
 
-SUMMARY_COLUMNS = summary_columns()
 PAIRED_REASONING = ("pairs", "diff", "lo", "hi", "p")
 REASONING_COLUMNS = [
     "model",
@@ -124,7 +122,7 @@ def _mean(values: Sequence[float]) -> float:
     return sum(vals) / len(vals) if vals else NAN
 
 
-def outcome_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any]:
+def outcome_summary(path: str | os.PathLike, game: Game) -> dict[str, Any]:
     """Self-play outcome counts, shares and decisive games from ``outcomes.tsv``.
 
     Accepts the wide form (one column per outcome, one row) and the long form
@@ -155,7 +153,7 @@ def outcome_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, An
     return row
 
 
-def sample_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any]:
+def sample_summary(path: str | os.PathLike, game: Game) -> dict[str, Any]:
     """Sample counts per type and role, role weights and the game rewards' distribution."""
     import numpy as np
 
@@ -232,7 +230,7 @@ def _role_rates(r: Mapping[str, Any] | None) -> dict[str, float]:
     return {f"{k}_rate{b}": _num(r.get(f"{k}_rate{b}")) for k in EVAL_RATES for b in BOUNDS}
 
 
-def eval_summary(path: str | os.PathLike, game: Game = TABOO) -> dict[str, Any]:
+def eval_summary(path: str | os.PathLike, game: Game) -> dict[str, Any]:
     """Win / loss / tie / rule-break rates (with intervals) per role from ``eval/games.tsv``."""
     df = read_tsv(path, "evaluation games table")
     check_columns(df, ["role"], path)
@@ -331,7 +329,7 @@ def epoch_summary(
     reasoning: str | os.PathLike,
     selfplay: Sequence[str | os.PathLike],
     selfplay_benchmarks: Sequence[str | os.PathLike] = (),
-    game: Game = TABOO,
+    game: Game,
 ) -> dict[str, Any]:
     """The summary row of one epoch (columns :func:`summary_columns` + ``reasoning_<task>``)."""
     row: dict[str, Any] = {"epoch": int(epoch)}
@@ -344,7 +342,7 @@ def epoch_summary(
     return row
 
 
-def ordered_columns(columns: Iterable[str], game: Game = TABOO) -> list[str]:
+def ordered_columns(columns: Iterable[str], game: Game) -> list[str]:
     """:func:`summary_columns` first (those present), then the others in their order."""
     cols = list(columns)
     head = [c for c in summary_columns(game) if c in cols]
@@ -357,7 +355,7 @@ def write_tsv(df, path: str | os.PathLike) -> None:
         df.to_csv(tmp, sep="\t", index=False, na_rep="", float_format="%.6g")
 
 
-def write_summary(row: Mapping[str, Any], path: str | os.PathLike, game: Game = TABOO) -> None:
+def write_summary(row: Mapping[str, Any], path: str | os.PathLike, game: Game) -> None:
     """Write one epoch's summary row."""
     import pandas as pd
 
@@ -365,7 +363,7 @@ def write_summary(row: Mapping[str, Any], path: str | os.PathLike, game: Game = 
     write_tsv(df[ordered_columns(df.columns, game)], path)
 
 
-def collect_epochs(paths: Sequence[str | os.PathLike], game: Game = TABOO):
+def collect_epochs(paths: Sequence[str | os.PathLike], game: Game):
     """Stack per-epoch summary files into one table sorted by epoch."""
     import pandas as pd
 
@@ -443,7 +441,7 @@ def collect_reasoning(paths: Sequence[str | os.PathLike], reference: str = "imit
     return df.drop(columns="_last").reset_index(drop=True)
 
 
-def collect_eval_games(paths: Sequence[str | os.PathLike], game: Game = TABOO):
+def collect_eval_games(paths: Sequence[str | os.PathLike], game: Game):
     """Stack evaluation games tables (``spag eval-games``) of several models, in run order.
 
     One row per model and role (columns of :data:`spag.evaluation.games.COLUMNS`);
@@ -482,7 +480,7 @@ def collect_eval_games(paths: Sequence[str | os.PathLike], game: Game = TABOO):
 
 
 def add_paired(
-    games, episodes: Sequence[str | os.PathLike], reference: str = "imitation", game: Game = TABOO
+    games, episodes: Sequence[str | os.PathLike], reference: str = "imitation", *, game: Game
 ):
     """The evaluation games table with each model's paired difference from
     ``reference`` per role (:data:`spag.evaluation.paired.PAIRED_COLUMNS`; empty on the
@@ -492,7 +490,7 @@ def add_paired(
     from spag.evaluation.paired import PAIRED_COLUMNS, paired_table
 
     paired = pd.DataFrame(
-        paired_table(episodes, reference, game), columns=["model", "role", *PAIRED_COLUMNS]
+        paired_table(episodes, reference, game=game), columns=["model", "role", *PAIRED_COLUMNS]
     )
     missing = set(games["model"]) - set(paired["model"]) - {reference}
     if missing:

@@ -353,13 +353,3 @@ class LengthGroupedSampler(torch.utils.data.Sampler):
         # Each type walks its sorted list through its own slots, so the rows of one type in
         # a batch are neighbours in length, and long rows of both types share batches.
         return [next(longest_first[k]) for k in kinds]
-
-
-def padding_fraction(lengths: Sequence[int], order: Sequence[int], batch_size: int) -> float:
-    """Share of padded positions when ``order`` is cut into right-padded batches."""
-    padded = real = 0
-    for start in range(0, len(order), batch_size):
-        batch = [lengths[i] for i in order[start : start + batch_size]]
-        real += sum(batch)
-        padded += max(batch) * len(batch)
-    return 0.0 if padded == 0 else 1.0 - real / padded

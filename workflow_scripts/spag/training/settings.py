@@ -159,11 +159,6 @@ class TrainConfig(StageSettings):
             raise SpagInputError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}")
 
 
-def stage_keys() -> list[str]:
-    """The per-stage config keys (``imitation.*``, ``spag.*``), in declaration order."""
-    return [f.name for f in dataclasses.fields(StageSettings)]
-
-
 def argument_values(cfg: TrainConfig, names: set[str]) -> dict[str, Any]:
     """The settings of ``cfg`` that are fields of the Trainer's arguments, under their names.
 
