@@ -39,6 +39,10 @@ def test_reference_scores_in_another_precision_than_training_are_refused():
         _config(spag=bf16)
     with pytest.raises(SpagInputError, match=r"key 'spag.bf16' is true without 'spag.deepspeed'"):
         _config(imitation=bf16, spag={"bf16": True}, scoring={"dtype": "bfloat16"})
+    with pytest.raises(SpagInputError, match=r"key 'spag.bf16' is true without 'spag.deepspeed'"):
+        _config(
+            imitation=bf16, spag={"bf16": True, "deepspeed": "none"}, scoring={"dtype": "bfloat16"}
+        )
     paper = yaml.safe_load((REPO / "configs/paper-llama2-7b.yaml").read_text())
     assert validate_config(paper)["scoring"]["dtype"] == "bfloat16"  # bf16 under ZeRO-3
     assert _config(imitation=bf16, spag=bf16, scoring={"dtype": "bfloat16"})

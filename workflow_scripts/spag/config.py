@@ -432,11 +432,12 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
 def _check_reference_precision(config: dict[str, Any], stage: str, source: str) -> None:
     """The reference log-probs must come from the forward the training step runs: under
     another precision step 0's ratio is not 1 and the KL term shifts, with no error."""
-    from spag.training.distributed import weights_dtype
+    from spag.training.distributed import resolve_deepspeed, weights_dtype
 
     bf16, deepspeed = config[stage]["bf16"], config[stage]["deepspeed"]
     scored = config["scoring"]["dtype"]
-    trained = weights_dtype(bf16, deepspeed)
+    # "none" is no DeepSpeed, as for the training step.
+    trained = weights_dtype(bf16, resolve_deepspeed(deepspeed))
     if trained is None:
         raise SpagInputError(
             f"{source}: key '{stage}.bf16' is true without '{stage}.deepspeed': training "

@@ -149,3 +149,202 @@ def model_config(model_dir: str | Path) -> tuple[dict[str, Any], int | None]:
             header = json.loads(fh.read(size))
         count += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
     return config, count
+
+
+# ---------------------------------------------------------------- training jobs
+# LoRA's targets on a Llama-family decoder: every attention and MLP projection.
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Bytes per trained parameter: weights, gradients and AdamW's two moments. Without
+# DeepSpeed the Trainer keeps fp32 weights and gradients (bf16 only inside autocast):
+# 4 + 4 + 8; ZeRO-3 in bf16 keeps bf16 weights and gradients and fp32 master weights
+# and moments: 2 + 2 + 12 (the ZeRO paper's 16), 18 with fp32 gradient accumulation.
+STATE_BYTES = 16
+STATE_BYTES_FP32_GRADS = 18
+# CUDA context, kernels and the allocator's fragmentation (the Hugging Face memory
+# anatomy's 1-2 GB): an estimate, measured only on a GPU.
+CUDA_OVERHEAD_GIB = 1.5
+
+
+@dataclass(frozen=True)
+class ZeroLayout:
+    """How DeepSpeed holds a training job's model states (stage 0: no DeepSpeed)."""
+
+    stage: int = 0
+    offload_optimizer: bool = False
+    offload_param: bool = False
+    fp32_grads: bool = False
+
+    @classmethod
+    def from_config(cls, ds_config: dict[str, Any] | None) -> ZeroLayout:
+        """The layout of a DeepSpeed config (None: no DeepSpeed)."""
+        if not ds_config:
+            return cls()
+        zero = ds_config.get("zero_optimization") or {}
+
+        def offloaded(key: str) -> bool:
+            return (zero.get(key) or {}).get("device") in ("cpu", "nvme")
+
+        accum = (ds_config.get("data_types") or {}).get("grad_accum_dtype")
+        return cls(
+            stage=int(zero.get("stage", 0)),
+            offload_optimizer=offloaded("offload_optimizer"),
+            offload_param=offloaded("offload_param"),
+            fp32_grads=accum == "fp32",
+        )
+
+
+def lora_parameter_count(
+    config: dict[str, Any], rank: int, targets: tuple[str, ...] = LORA_TARGETS
+) -> int:
+    """Parameters of rank-``rank`` adapters on the ``targets`` projections of every layer
+    of a Llama-style decoder: ``rank x (in + out)`` for each."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    kv = (config.get("num_key_value_heads") or heads) * _head_dim(config)
+    q = heads * _head_dim(config)
+    shapes = {
+        "q_proj": (h, q),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (q, h),
+        "gate_proj": (h, inter),
+        "up_proj": (h, inter),
+        "down_proj": (inter, h),
+    }
+    unknown = sorted(set(targets) - set(shapes))
+    if unknown:
+        raise ValueError(f"no projection {', '.join(unknown)} in a Llama-style decoder")
+    return config["num_hidden_layers"] * sum(rank * sum(shapes[t]) for t in targets)
+
+
+def largest_module_parameters(config: dict[str, Any]) -> int:
+    """The largest single module (ZeRO-3 gathers one at a time): the embeddings or the
+    output layer, vocabulary x hidden size, or the widest MLP projection."""
+    h = config["hidden_size"]
+    return max(config["vocab_size"] * h, config["intermediate_size"] * h)
+
+
+def activation_elements_per_token(config: dict[str, Any]) -> int:
+    """Activations one decoder layer keeps for the backward pass, per token: the two norms'
+    inputs and outputs, queries, keys and values before and after the rotary embedding,
+    the attention's output (SDPA or FlashAttention: no score matrix kept), the output
+    projection's, and the gated MLP's four intermediate tensors."""
+    h, inter = config["hidden_size"], config["intermediate_size"]
+    heads = config["num_attention_heads"]
+    kv = (config.get("num_key_value_heads") or heads) * _head_dim(config)
+    q = heads * _head_dim(config)
+    norms = 4 * h
+    attention = 2 * (q + 2 * kv) + q + h  # q, k, v twice (rotary), attention out, o_proj out
+    mlp = 4 * inter + h
+    return norms + attention + mlp
+
+
+@dataclass(frozen=True)
+class TrainingMemory:
+    """One training job's memory per GPU (GiB), by part, and per node on the host where
+    DeepSpeed offloads."""
+
+    trained_parameters: int
+    weights_gib: float  # frozen weights (LoRA), or the trained ones' share of model states
+    states_gib: float  # trained weights, gradients and optimizer moments on the GPU
+    gathered_gib: float  # ZeRO-3's working set of gathered modules
+    activations_gib: float
+    logits_gib: float
+    overhead_gib: float
+    host_gib: float  # offloaded states, per node
+
+    @property
+    def total_gib(self) -> float:
+        return (
+            self.weights_gib
+            + self.states_gib
+            + self.gathered_gib
+            + self.activations_gib
+            + self.logits_gib
+            + self.overhead_gib
+        )
+
+    def describe(self) -> str:
+        parts = [
+            f"weights {self.weights_gib:.1f}",
+            f"trained states {self.states_gib:.1f}",
+            f"gathered {self.gathered_gib:.1f}" if self.gathered_gib else "",
+            f"activations {self.activations_gib:.1f}",
+            f"logits {self.logits_gib:.1f}",
+            f"CUDA {self.overhead_gib:g}",
+        ]
+        text = f"{self.total_gib:.1f} GiB per GPU ({', '.join(p for p in parts if p)})"
+        if self.host_gib:
+            text += f"; {self.host_gib:.0f} GiB of host memory per node (offload)"
+        return text
+
+
+def training_memory(
+    config: dict[str, Any],
+    *,
+    per_device_batch_size: int,
+    max_length: int,
+    bf16: bool,
+    gradient_checkpointing: bool,
+    zero: ZeroLayout = ZeroLayout(),
+    gpus: int = 1,
+    nodes: int = 1,
+    lora_rank: int | None = None,
+    lora_targets: tuple[str, ...] = LORA_TARGETS,
+    parameters: int | None = None,
+) -> TrainingMemory:
+    """The memory of one ``spag train`` job per GPU, for full fine-tuning or, with
+    ``lora_rank``, for adapters on a frozen base (weights in bf16 with ``bf16``, the
+    adapters, their gradients and AdamW's moments in fp32).
+
+    ``gpus`` is the job's data-parallel size (GPUs per node x ``nodes``). A micro-batch
+    is ``per_device_batch_size`` samples packed into at most that many times
+    ``max_length`` tokens; the logits are counted for every one of them (an upper bound:
+    only the learned tokens are projected onto the vocabulary), in bf16 or fp32 with
+    their fp32 log-softmax and its gradient.
+    """
+    total = parameters or parameter_count(config)
+    ranks = max(gpus, 1)
+    act_bytes = 2 if bf16 else 4
+    largest = largest_module_parameters(config)
+    sharded = zero.stage == 3
+    state_bytes = STATE_BYTES_FP32_GRADS if zero.fp32_grads else STATE_BYTES
+    if lora_rank:
+        trained = lora_parameter_count(config, lora_rank, lora_targets)
+        frozen = total * act_bytes  # the base in the training dtype, no gradients
+        weights = frozen / ranks if sharded else frozen
+        states = trained * STATE_BYTES  # small: kept whole on every GPU
+        host = 0.0
+        if sharded and zero.offload_param:
+            host, weights = frozen * 1.5 / max(nodes, 1), 0.0
+    else:
+        trained = total
+        weights = 0.0
+        states = trained * state_bytes / ranks if sharded else trained * state_bytes
+        host = 0.0
+        if sharded and (zero.offload_optimizer or zero.offload_param):
+            # Offloaded: the partitions live on the host (DeepSpeed's estimate: 1.5x
+            # buffers); the GPU keeps the gathered modules only.
+            host = trained * state_bytes * 1.5 / max(nodes, 1)
+            states = 0.0
+    # ZeRO-3 gathers a module's 16-bit weights (and its gradients on the way back).
+    gathered = 4 * largest if sharded else 0
+    tokens = per_device_batch_size * max_length
+    per_layer = activation_elements_per_token(config) * tokens * act_bytes
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    if gradient_checkpointing:
+        # Each layer's input kept; one layer recomputed, with its gradients, at a time.
+        activations = layers * tokens * h * act_bytes + 2 * per_layer
+    else:
+        activations = layers * per_layer
+    logits = tokens * config["vocab_size"] * (act_bytes + 4 + 4)
+    return TrainingMemory(
+        trained_parameters=trained,
+        weights_gib=weights / GIB,
+        states_gib=states / GIB,
+        gathered_gib=gathered / GIB,
+        activations_gib=activations / GIB,
+        logits_gib=logits / GIB,
+        overhead_gib=CUDA_OVERHEAD_GIB,
+        host_gib=host / GIB,
+    )

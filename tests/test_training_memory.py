@@ -1,0 +1,115 @@
+"""A training job's memory per GPU (spag.ops.capacity.training_memory), full fine-tuning
+and LoRA, against hand computations for LLaMA-2-7B; ``spag training-memory`` on the
+paper's config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from spag.cli import main
+from spag.ops.capacity import (
+    GIB,
+    ZeroLayout,
+    lora_parameter_count,
+    parameter_count,
+    training_memory,
+)
+from spag.training.distributed import DEEPSPEED_DIR
+
+REPO = Path(__file__).resolve().parents[1]
+LLAMA2_7B = {
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
+}
+P = 6_738_415_616  # LLaMA-2-7B's parameters
+# The paper's micro-batch: 2 samples of 2048 tokens, bf16, gradient checkpointing.
+PAPER = dict(per_device_batch_size=2, max_length=2048, bf16=True, gradient_checkpointing=True)
+# Activations by hand, 4096 tokens in bf16: each layer's input (32 x 4096 x 4096 x 2
+# bytes = 1,073,741,824) and one layer recomputed with its gradients, 2 x 97,280 elements
+# a token (norms 4 x 4096; q, k, v twice 2 x 12,288; attention and o_proj outputs
+# 2 x 4096; the MLP's 4 x 11,008 and its output 4096) x 4096 tokens x 2 bytes.
+ACTIVATIONS = 1_073_741_824 + 2 * 97_280 * 4096 * 2
+# Logits of every token: 4096 x 32,000 x (2 bf16 + 4 fp32 log-softmax + 4 its gradient).
+LOGITS = 4096 * 32_000 * 10
+CUDA = 1.5 * GIB
+
+
+def test_parameters_and_lora_parameters_by_hand():
+    assert parameter_count(LLAMA2_7B) == P
+    # r x (in + out) per projection: q, k, v, o 16 x 8192 each; gate, up, down
+    # 16 x 15,104 each: 1,249,280 a layer, x 32 layers.
+    assert lora_parameter_count(LLAMA2_7B, 16) == 39_976_960
+    # The LoRA paper's setting (r = 8 on q and v): peft reports 4,194,304 for 7B.
+    assert lora_parameter_count(LLAMA2_7B, 8, ("q_proj", "v_proj")) == 4_194_304
+    with pytest.raises(ValueError, match="no projection qkv_proj"):
+        lora_parameter_count(LLAMA2_7B, 8, ("qkv_proj",))
+
+
+def test_full_and_lora_on_one_gpu_by_hand():
+    full = training_memory(LLAMA2_7B, **PAPER)
+    # fp32 weights, fp32 gradients, AdamW's two fp32 moments: 16 bytes a parameter.
+    assert full.states_gib * GIB == pytest.approx(16 * P)
+    assert full.activations_gib * GIB == ACTIVATIONS
+    assert full.logits_gib * GIB == LOGITS
+    assert full.total_gib * GIB == pytest.approx(16 * P + ACTIVATIONS + LOGITS + CUDA)
+    assert 105 < full.total_gib < 106  # more than an 80 GB card
+
+    lora = training_memory(LLAMA2_7B, lora_rank=16, **PAPER)
+    # The frozen base in bf16, the adapters with gradients and moments in fp32.
+    base, adapters = 2 * P, 16 * 39_976_960
+    assert lora.trained_parameters == 39_976_960
+    assert lora.total_gib * GIB == pytest.approx(base + adapters + ACTIVATIONS + LOGITS + CUDA)
+    assert 18 < lora.total_gib < 19  # one 40 GB card holds it
+
+
+def test_zero3_shards_the_states_and_offload_moves_them_to_the_host():
+    zero3 = ZeroLayout.from_config(json.loads((DEEPSPEED_DIR / "zero3.json").read_text()))
+    assert zero3 == ZeroLayout(stage=3)
+    sharded = training_memory(LLAMA2_7B, zero=zero3, gpus=8, **PAPER)
+    # 2 bf16 weights + 2 bf16 gradients + 12 fp32 master weights and moments, over 8 GPUs;
+    # the largest module gathered (the embeddings, 32,000 x 4096) with its gradients.
+    assert sharded.states_gib * GIB == pytest.approx(16 * P / 8)
+    assert sharded.gathered_gib * GIB == 4 * 32_000 * 4096
+
+    offload = json.loads((DEEPSPEED_DIR / "zero3_offload_fp32_grads.json").read_text())
+    layout = ZeroLayout.from_config(offload)
+    assert layout == ZeroLayout(3, offload_optimizer=True, offload_param=True, fp32_grads=True)
+    moved = training_memory(LLAMA2_7B, zero=layout, gpus=8, **PAPER)
+    assert moved.states_gib == 0
+    # fp32 gradient partitions: 18 bytes a parameter, with DeepSpeed's 1.5x buffers.
+    assert moved.host_gib * GIB == pytest.approx(18 * P * 1.5)
+    assert ZeroLayout.from_config(None) == ZeroLayout()
+
+
+def test_checkpointing_keeps_one_layer_of_activations():
+    plain = training_memory(LLAMA2_7B, **{**PAPER, "gradient_checkpointing": False})
+    assert plain.activations_gib * GIB == 32 * 97_280 * 4096 * 2
+    assert plain.activations_gib > 9 * training_memory(LLAMA2_7B, **PAPER).activations_gib
+
+
+def test_command_on_the_paper_config(tmp_path, capsys):
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(LLAMA2_7B))
+    one_gpu = tmp_path / "one_gpu.yaml"
+    # One GPU under ZeRO-3 without offload: bf16 weights (bf16 without DeepSpeed is
+    # refused: no reference precision reproduces autocast's).
+    one_gpu.write_text("resources: {train: {gpus: 1, nodes: 1}}\nspag: {deepspeed: zero3}\n")
+    configs = [str(REPO / "config.yaml"), str(REPO / "configs/paper-llama2-7b.yaml")]
+    assert main(["training-memory", "--model", str(model), "--configfile", *configs,
+                 str(one_gpu), "--stage", "spag"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "spag: 2 samples of 2048 tokens per GPU, 1 GPU(s) on 1 node(s)" in out
+    full, lora = out.splitlines()[1:3]
+    # 16 bytes a parameter over one GPU, the gathered embeddings (0.49 GiB) added.
+    assert full.startswith("  full fine-tuning (6,738,415,616 trained parameters): 106.1 GiB")
+    assert full.endswith("fits: H200")
+    assert lora.startswith("  LoRA r=16 (39,976,960 trained parameters): 18.8 GiB")
+    assert "fits: A100-40GB, A100-80GB / H100-80GB, H200" in lora
