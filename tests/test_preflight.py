@@ -6,6 +6,7 @@ import json
 
 import pytest
 from fake_endpoint import FakeEndpoint
+from model_configs import LLAMA2_7B
 from workflow_utils import make_workdir, snakemake
 
 from spag.ops.preflight import FAIL, FamilyPlan, Row, collect, run_checks, write_report
@@ -257,18 +258,6 @@ def test_an_uncached_hub_id_is_left_to_the_base_model_job(standin_vllm, tmp_path
     assert "will be downloaded by the base-model job" in rows["vllm engine"].detail
     assert rows["base model"].status == "info"
     assert not standin_vllm.exists()
-
-
-LLAMA2_7B = {
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 32,
-    "vocab_size": 32000,
-    "tie_word_embeddings": False,
-}
 
 
 def test_engine_capacity_of_llama2_7b_by_hand():

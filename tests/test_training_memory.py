@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from model_configs import LLAMA2_7B
 
 from spag.cli import main
 from spag.ops.capacity import (
@@ -20,15 +21,6 @@ from spag.ops.capacity import (
 from spag.training.distributed import DEEPSPEED_DIR
 
 REPO = Path(__file__).resolve().parents[1]
-LLAMA2_7B = {
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 32,
-    "vocab_size": 32000,
-    "tie_word_embeddings": False,
-}
 P = 6_738_415_616  # LLaMA-2-7B's parameters
 # The paper's micro-batch: 2 samples of 2048 tokens, bf16, gradient checkpointing.
 PAPER = dict(per_device_batch_size=2, max_length=2048, bf16=True, gradient_checkpointing=True)

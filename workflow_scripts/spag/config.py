@@ -9,8 +9,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,33 @@ def _fill_registries(node: Any, names: dict[str, list[str]]) -> None:
     elif isinstance(node, list):
         for value in node:
             _fill_registries(value, names)
+
+
+def read_config_files(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The config files layered as Snakemake layers them (nested sections merge, other
+    values replace), and the layers over the first (the keys the user set over the
+    workflow's own config.yaml); a missing or malformed file is refused naming it."""
+    config: dict[str, Any] = {}
+    given: dict[str, Any] = {}
+    for i, path in enumerate(paths):
+        try:
+            layer = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as exc:
+            raise SpagInputError(f"--configfile {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise SpagInputError(f"--configfile {path}: not YAML ({exc})") from None
+        _merge(config, layer)
+        if i:
+            _merge(given, layer)
+    return config, given
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any]) -> None:
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
 
 
 def _with_defaults(validator_class):

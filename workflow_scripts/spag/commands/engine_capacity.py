@@ -5,11 +5,9 @@ at once on each GPU family, from the model's ``config.json`` (see
 from __future__ import annotations
 
 import argparse
-import json
 
-from spag.errors import SpagInputError
 from spag.generation.settings import DTYPES, SelfplaySettings
-from spag.ops.capacity import GPU_FAMILIES, NEEDED_KEYS, engine_capacity, model_config, text_config
+from spag.ops.capacity import GPU_FAMILIES, engine_capacity, read_model
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -21,6 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=None, help="max_num_seqs to compare")
+    add_gpu_sizes(p)
+
+
+def add_gpu_sizes(p: argparse.ArgumentParser) -> None:
+    """The GPU sizes an estimate is stated for (read back by :func:`gpu_sizes`)."""
     p.add_argument(
         "--gpu-memory-gib",
         type=float,
@@ -30,20 +33,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+def gpu_sizes(args: argparse.Namespace) -> dict[str, float]:
+    """GPU name -> GiB: the sizes given, else the common families."""
+    return {f"{g:g} GiB": g for g in args.gpu_memory_gib} if args.gpu_memory_gib else GPU_FAMILIES
 
-    path = Path(args.model)
-    if path.is_file():
-        config, parameters = text_config(json.loads(path.read_text())), None
-    else:
-        config, parameters = model_config(path)
-    missing = [k for k in NEEDED_KEYS if k not in config]
-    if missing:
-        raise SpagInputError(
-            f"{path}: the config has no {', '.join(missing)}: not a decoder this estimate knows"
-        )
-    sizes = {f"{g:g} GiB": g for g in args.gpu_memory_gib} if args.gpu_memory_gib else GPU_FAMILIES
+
+def run(args: argparse.Namespace) -> int:
+    config, parameters = read_model(args.model)
+    sizes = gpu_sizes(args)
     for name, gib in sizes.items():
         cap = engine_capacity(
             config,

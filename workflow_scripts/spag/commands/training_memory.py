@@ -8,16 +8,9 @@ import argparse
 import json
 from pathlib import Path
 
+from spag.commands.engine_capacity import add_gpu_sizes, gpu_sizes
 from spag.errors import SpagInputError
-from spag.ops.capacity import (
-    GPU_FAMILIES,
-    LORA_TARGETS,
-    NEEDED_KEYS,
-    ZeroLayout,
-    model_config,
-    text_config,
-    training_memory,
-)
+from spag.ops.capacity import LORA_TARGETS, ZeroLayout, read_model, training_memory
 
 STAGES = ("imitation", "spag")
 
@@ -40,61 +33,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=list(LORA_TARGETS),
         help="projections with adapters (default: every attention and MLP projection)",
     )
-    p.add_argument(
-        "--gpu-memory-gib",
-        type=float,
-        nargs="*",
-        default=None,
-        help="GPU sizes (default: the common families)",
-    )
-
-
-def _config(files: list[str]) -> dict:
-    import yaml
-
-    from spag.config import validate_config
-
-    config: dict = {}
-    for name in files:
-        try:
-            layer = yaml.safe_load(Path(name).read_text()) or {}
-        except OSError as exc:
-            raise SpagInputError(f"--configfile {name}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise SpagInputError(f"--configfile {name}: not YAML ({exc})") from None
-        _merge(config, layer)
-    return validate_config(config, source=" + ".join(files))
-
-
-def _merge(base: dict, layer: dict) -> None:
-    # As Snakemake layers config files: nested sections merge, other values replace.
-    for key, value in layer.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value
+    add_gpu_sizes(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    from spag.config import read_config_files, validate_config
     from spag.training.distributed import resolve_deepspeed
 
     if args.lora_rank < 1:
         raise SpagInputError(f"--lora-rank must be at least 1, got {args.lora_rank}")
-    path = Path(args.model)
-    if path.is_file():
-        model, parameters = text_config(json.loads(path.read_text())), None
-    else:
-        model, parameters = model_config(path)
-    missing = [k for k in NEEDED_KEYS if k not in model]
-    if missing:
-        raise SpagInputError(
-            f"{path}: the config has no {', '.join(missing)}: not a decoder this estimate knows"
-        )
-    config = _config(args.configfile)
+    model, parameters = read_model(args.model)
+    config, given = read_config_files(args.configfile)
+    validate_config(config, source=" + ".join(args.configfile), given=given)
     resources = config["resources"]["train"]
     nodes = max(int(resources.get("nodes", 1)), 1)
     gpus = max(int(resources.get("gpus", 0)), 1) * nodes
-    sizes = {f"{g:g} GiB": g for g in args.gpu_memory_gib} if args.gpu_memory_gib else GPU_FAMILIES
+    sizes = gpu_sizes(args)
     for stage in args.stage:
         s = config[stage]
         ds = resolve_deepspeed(s["deepspeed"])

@@ -132,6 +132,24 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     return config.get("text_config", config) if "num_hidden_layers" not in config else config
 
 
+def read_model(path: str | Path) -> tuple[dict[str, Any], int | None]:
+    """A model folder's (or a ``config.json``'s) config and parameter count (None where
+    unknown), refused naming the file where it is not a decoder these estimates know."""
+    from spag.errors import SpagInputError
+
+    path = Path(path)
+    if path.is_file():
+        config, parameters = text_config(json.loads(path.read_text())), None
+    else:
+        config, parameters = model_config(path)
+    missing = [k for k in NEEDED_KEYS if k not in config]
+    if missing:
+        raise SpagInputError(
+            f"{path}: the config has no {', '.join(missing)}: not a decoder this estimate knows"
+        )
+    return config, parameters
+
+
 def model_config(model_dir: str | Path) -> tuple[dict[str, Any], int | None]:
     """A model folder's ``config.json`` and its parameter count from the safetensors
     headers (None where it has no safetensors files)."""
