@@ -1,5 +1,6 @@
-"""DeepSpeed's CPU Adam: built per node and CPU type, under a kernel lock that outlives no
-killed build, and refused with the setting's name when the tools are missing."""
+"""DeepSpeed's compiled ops (CPU Adam, the CPU's shared-memory collectives): built per node
+and CPU type, under a kernel lock that outlives no killed build, and refused with the
+setting's name when the tools are missing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from spag.errors import SpagInputError
 from spag.training.distributed import resolve_deepspeed
 from spag.training.extensions import (
     CPU_ADAM,
+    SHM_COMM,
     build_ops,
     build_tools_problem,
     extensions_dir,
@@ -42,8 +44,9 @@ def test_the_folder_is_per_node_and_cpu_type(monkeypatch, tmp_path):
 
 
 def test_only_an_offloaded_optimizer_needs_cpu_adam():
-    assert needed_ops(resolve_deepspeed("zero3_offload")) == [CPU_ADAM]
-    assert needed_ops(resolve_deepspeed("zero3")) == []
+    # on the CPU accelerator (this machine) every DeepSpeed run loads its collectives
+    assert needed_ops(resolve_deepspeed("zero3_offload")) == [SHM_COMM, CPU_ADAM]
+    assert needed_ops(resolve_deepspeed("zero3")) == [SHM_COMM]
     assert needed_ops(None) == []
 
 
@@ -61,22 +64,32 @@ def test_missing_compiler_is_named(monkeypatch):
 
 
 @pytest.mark.deepspeed
-def test_a_killed_builds_lock_does_not_block_the_next_job(tmp_path):
+@pytest.mark.parametrize("op, folder", [(CPU_ADAM, "cpu_adam"), (SHM_COMM, "deepspeed_shm_comm")])
+def test_a_killed_builds_lock_does_not_block_the_next_job(op, folder, tmp_path):
     """torch's build lock is a plain file: a killed build leaves it and every later build
-    waits on it forever. Under the node lock it is known stale and removed."""
-    folder = extensions_dir() / "cpu_adam"
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "lock").write_text("")
+    waits on it forever. Under the node lock it is known stale and removed; DeepSpeed's
+    own later load (here the collectives' at engine start) then finds the op loaded and
+    takes no lock file, so one left behind meanwhile stops nothing."""
+    lock = extensions_dir() / folder / "lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("")
     code = (
-        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "import logging, os, signal; logging.basicConfig(level=logging.INFO)\n"
         "from spag.training.extensions import build_ops\n"
-        "print(build_ops(['CPUAdamBuilder'])['CPUAdamBuilder'])\n"
+        f"path = build_ops([{op!r}])[{op!r}]\n"
+        f"open({str(lock)!r}, 'w').close()  # another job's, killed meanwhile\n"
+        "signal.alarm(120)\n"
+        "from deepspeed.accelerator import get_accelerator\n"
+        f"get_accelerator().create_op_builder({op!r}).load()\n"
+        f"os.unlink({str(lock)!r})\n"
+        "print(path)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+    env["DS_ACCELERATOR"] = "cpu"
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "left by a killed build" in proc.stderr
-    assert proc.stdout.strip().endswith("cpu_adam.so")
-    assert not (folder / "lock").exists()
+    assert proc.stdout.strip().endswith(f"{folder}.so")
+    assert not lock.exists()

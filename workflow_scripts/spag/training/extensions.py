@@ -1,17 +1,21 @@
-"""DeepSpeed's compiled ops (CPU Adam for ZeRO offload) built once per node, safely.
+"""DeepSpeed's compiled ops built once per node, safely.
 
-DeepSpeed compiles CPU Adam with ``-march=native`` the first time an offloading
-optimizer is set up, into ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``).
+DeepSpeed compiles its ops with ``-march=native`` the first time a run needs them, into
+``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``): CPU Adam when the
+optimizer is offloaded, and on the CPU accelerator the shared-memory collectives that
+``deepspeed.comm`` loads at every start.
 On a cluster that default is a home folder shared by nodes of different CPU types: a
 library built on one node dies with an illegal instruction on another. And torch
 guards the build with a lock *file* (``<dir>/cpu_adam/lock``) that a killed build
-leaves behind: every later job then waits on it forever.
+leaves behind (a job killed by its time limit mid-build, or while it loads): every
+later job then waits on it forever.
 
 Here the folder is per node and per CPU type (host name, a digest of the CPU's model
 and flags, Python, torch and its CUDA), and the build runs under a kernel lock
 (``flock``, released when its holder dies): whoever holds it knows that a remaining
 lock file belongs to a dead build and removes it. Ranks of one node take turns; the
-first builds, the others load what it built.
+first builds, the others load what it built. DeepSpeed keeps each loaded op per process,
+so its own later load of the same op takes no lock file again.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ log = logging.getLogger(__name__)
 
 # DeepSpeed's builder names of the ops a shipped or user config may need.
 CPU_ADAM = "CPUAdamBuilder"
+# Loaded by deepspeed.comm at start where the accelerator has it (the CPU one):
+# build_shm_op in deepspeed/comm/torch.py.
+SHM_COMM = "ShareMemCommBuilder"
 
 
 def _cpu_digest() -> str:
@@ -73,13 +80,26 @@ def use_node_extensions_dir() -> Path:
     return path
 
 
+def _comm_ops() -> list[str]:
+    """The ops ``deepspeed.comm`` loads at start on this process's accelerator, under
+    DeepSpeed's own condition."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(SHM_COMM)
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return []
+    return [SHM_COMM]
+
+
 def needed_ops(deepspeed_config: str | None) -> list[str]:
-    """The compiled ops a DeepSpeed config needs: CPU Adam where the optimizer is offloaded."""
+    """The compiled ops a DeepSpeed run loads: the accelerator's communication op (on the
+    CPU) and CPU Adam where the optimizer is offloaded."""
     if deepspeed_config is None:
         return []
     cfg = json.loads(Path(deepspeed_config).read_text())
     offload = (cfg.get("zero_optimization") or {}).get("offload_optimizer") or {}
-    return [CPU_ADAM] if offload.get("device") in ("cpu", "nvme") else []
+    return _comm_ops() + ([CPU_ADAM] if offload.get("device") in ("cpu", "nvme") else [])
 
 
 def build_tools_problem() -> str | None:

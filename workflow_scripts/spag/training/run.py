@@ -98,8 +98,8 @@ def train(cfg: TrainConfig) -> Path:
             # DeepSpeed would pick CUDA by itself where it works.
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         ensure_distributed_env()
-        # CPU Adam (ZeRO offload) compiled, or loaded, in the node's own folder before
-        # the engine asks for it (spag.training.extensions).
+        # DeepSpeed's ops (CPU Adam, the CPU's collectives) compiled, or loaded, in the
+        # node's own folder before the engine asks for them (spag.training.extensions).
         build_ops(needed_ops(deepspeed_config), setting=f"--deepspeed {cfg.deepspeed}")
 
     from spag.data.tables import read_parquet
