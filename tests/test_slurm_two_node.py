@@ -33,6 +33,8 @@ import pytest
 import yaml
 from test_slurm import CLUSTER_PROFILE, make_workdir, snakemake_cmd
 
+from spag.training.extensions import extensions_dir
+
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,6 +292,9 @@ def killed_run(two_nodes, tmp_path_factory):
     pythonpath = os.pathsep.join(p for p in (str(probe), os.environ.get("PYTHONPATH")) if p)
     env = _cluster_env(
         PYTHONPATH=pythonpath,
+        # Both nodes are this machine: one folder of compiled ops for them and the host
+        # (a user's setting for a cluster of one CPU type), not one build per host name.
+        TORCH_EXTENSIONS_DIR=str(extensions_dir()),
         SPAG_TEST_RANK_LOG=str(ranks_log),
         SPAG_TEST_SLOW_FILE=str(slow),
     )
