@@ -255,9 +255,9 @@ def test_cli_defaults_are_the_declared_defaults():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--num-shards", "0"], "--num-shards must be at least 1"),
+        (["--num-shards", "0"], "--num-shards must be >= 1, got 0"),
         (["--shard-index", "2", "--num-shards", "2"], "--shard-index 2 is out of range"),
-        (["--max-turns", "0"], "--max-turns must be at least 1"),
+        (["--max-turns", "0"], "--max-turns must be >= 1, got 0"),
         (["--top-k", "-1"], "--top-k must be >= 0"),
         (["--top-p", "0"], r"--top-p must be in \(0, 1\]"),
         (["--kv-reuse-gib", "-1"], "--kv-reuse-gib must be >= 0"),

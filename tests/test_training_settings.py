@@ -66,8 +66,8 @@ def test_cli_defaults_are_the_dataclass_defaults():
     "argv, message",
     [
         (["--warmup-ratio", "1.0"], "--warmup-ratio must be in"),
-        (["--per-device-batch-size", "0"], "--per-device-batch-size must be positive"),
-        (["--save-steps", "0"], "--save-steps must be positive"),
+        (["--per-device-batch-size", "0"], "--per-device-batch-size must be >= 1"),
+        (["--save-steps", "0"], "--save-steps must be >= 1"),
     ],
 )
 def test_invalid_settings_are_refused_when_parsed(argv, message):

@@ -1,7 +1,10 @@
 """Validation of the pipeline configuration against its JSON schema, with defaults.
 
-The schema (``spag/schemas/config.schema.yaml``) is the one place that lists every
-key; errors name the key path (``selfplay.num_shards``) so a typo fails before any job.
+The schema (``spag/schemas/config.schema.yaml``) lists every key; a section that a
+step's settings dataclass declares is named there by its class (``x-section``) and its
+keys, types, bounds, defaults and help come from that class
+(:func:`spag.settings.section_schema`). Errors name the key path
+(``selfplay.num_shards``) so a typo fails before any job.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
+from spag.settings import load_section_class, section_schema
 from spag.training.objectives import (
-    OBJECTIVES,
     STAGE_OBJECTIVE,
     build_objective,
     coefficients,
@@ -30,36 +33,30 @@ from spag.training.objectives import (
 
 
 def load_schema() -> dict[str, Any]:
-    """The config schema, its registry keys filled in (:func:`registered_names`)."""
+    """The config schema, its declared sections generated from their classes (a game,
+    reward scheme or objective registered is a value they allow)."""
     text = resources.files("spag").joinpath("schemas/config.schema.yaml").read_text()
     schema = yaml.safe_load(text)
-    _fill_registries(schema, registered_names())
+    _fill_sections(schema)
     return schema
 
 
-def registered_names() -> dict[str, list[str]]:
-    """The names each registry holds. A schema key marked ``x-registry: <name>`` allows
-    exactly these (its ``enum``): registering a game, a reward scheme or an objective is
-    all it takes for the config, the plan-time check and docs/config.md to know it."""
-    from spag.game.base import GAMES
-    from spag.game.rewards import REWARD_SCHEMES
-
-    return {
-        "games": list(GAMES),
-        "reward_schemes": list(REWARD_SCHEMES),
-        "objectives": list(OBJECTIVES),
-    }
-
-
-def _fill_registries(node: Any, names: dict[str, list[str]]) -> None:
-    if isinstance(node, dict):
-        if "x-registry" in node:
-            node["enum"] = names[node.pop("x-registry")]
-        for value in node.values():
-            _fill_registries(value, names)
-    elif isinstance(node, list):
+def _fill_sections(node: Any) -> None:
+    """Each ``x-section: module:Class`` node as the section the class declares; the
+    node's own keys (a description, subsections under ``properties``) kept after."""
+    if isinstance(node, list):
         for value in node:
-            _fill_registries(value, names)
+            _fill_sections(value)
+        return
+    if not isinstance(node, dict):
+        return
+    if "x-section" in node:
+        declared = section_schema(load_section_class(node.pop("x-section")))
+        own = node.pop("properties", {})
+        node.update({**declared, **node})
+        node["properties"] = {**declared["properties"], **own}
+    for value in node.values():
+        _fill_sections(value)
 
 
 def read_config_files(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Any], dict[str, Any]]:

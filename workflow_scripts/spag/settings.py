@@ -6,18 +6,25 @@ text each). From that one declaration come
 
 - the step's command-line flags, their defaults and help (:func:`add_arguments`),
 - the settings object of a parsed command line (:func:`from_arguments`),
-- the rule's flags from the validated config (:func:`config_options`), and
-- the check that the schema's defaults are the dataclass's: a dataclass that mirrors
-  a config section is registered with :func:`section` (``@section("selfplay")``), and
-  ``tests/test_settings.py`` compares every registered section with the schema.
+- the rule's flags from the validated config (:func:`config_options`),
+- the range checks of a constructed object (:func:`check_bounds`), and
+- the config schema's properties of the section a dataclass declares
+  (:func:`section_schema`): the schema names the class (``x-section:
+  spag.generation.settings:SelfplaySettings``) and lists no key of its own there, so the
+  plan-time checks and ``docs/config.md`` read the same declaration.
 
-A field's metadata may carry ``choices`` (argparse choices), ``env`` (the default
+A field's metadata may carry ``choices`` (argparse choices; a registry's dict for
+its names, read when the schema is made), ``env`` (the default
 is read from this environment variable when set), ``key`` (the config key when
 it differs from the field's name, as a tuple of keys from the config's root),
 ``flag`` (the flag's name when it differs from the field's, ``decay_weight`` for
 ``--decay-weight``) and ``type`` (what parses the flag's text when the field's type
-does not, e.g. a count or a fraction). Training's settings add ``arg``: the
-``TrainingArguments`` field a setting fills when the names differ
+does not, e.g. a count or a fraction). Bounds are ``ge``, ``gt``, ``le`` and ``lt``
+(checked on the command line and at plan time); ``schema`` adds JSON Schema keywords the
+type does not give (``minLength``, an array's ``items``); ``filled`` marks a setting
+whose None the code fills (by the objective): the config gives a value or leaves the key
+out, and the schema has no default for it. Training's settings add
+``arg``: the ``TrainingArguments`` field a setting fills when the names differ
 (``spag.training.arguments``).
 """
 
@@ -25,42 +32,63 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import operator
 import os
 import shlex
 import types
 import typing
 from typing import Any
 
+from spag.errors import SpagInputError
+
 __all__ = [
+    "Checked",
     "add_arguments",
+    "check_bounds",
     "cli_flags",
     "config_options",
+    "declared_as",
     "field_type",
     "from_arguments",
+    "load_section_class",
     "opt",
     "req",
-    "section",
+    "section_schema",
     "setting_names",
 ]
 
-# Config section (keys from the root) -> the dataclass that declares its settings.
-SECTIONS: dict[tuple[str, ...], type] = {}
-
-
-def section(*path: str):
-    """Register a dataclass as the declaration of the config section at ``path``."""
-
-    def register(cls: type) -> type:
-        cls.schema_section = path
-        SECTIONS[path] = cls
-        return cls
-
-    return register
+# A bound's metadata key -> how it reads, how it compares, its JSON Schema keyword.
+BOUNDS = {
+    "ge": (">=", operator.ge, "minimum"),
+    "gt": (">", operator.gt, "exclusiveMinimum"),
+    "le": ("<=", operator.le, "maximum"),
+    "lt": ("<", operator.lt, "exclusiveMaximum"),
+}
 
 
 def opt(default: Any, help: str, **meta: Any) -> Any:
     """A setting with a default (its one declaration)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
+class Checked:
+    """Base of a settings dataclass: its numbers' bounds checked when it is made."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+def declared_as(cls: type, name: str, **changes: Any) -> Any:
+    """A step's field for the setting ``cls`` declares as ``name``: its default, help and
+    bounds, with ``changes`` (``default``, ``help``, other metadata) where the step's
+    flag differs (a default the step decides without the config, its own help)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    meta = {**f.metadata, **{k: v for k, v in changes.items() if k != "default"}}
+    default = changes.get("default", f.default)
+    if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def req(help: str, **meta: Any) -> Any:
@@ -83,6 +111,95 @@ def field_type(cls: type, f: dataclasses.Field) -> type:
 
 def _is_list(kind: Any) -> bool:
     return typing.get_origin(kind) in (list, tuple)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return "--" + _flag_name(f).replace("_", "-")
+
+
+def check_bounds(obj: Any) -> None:
+    """Each number of ``obj`` within its field's bounds, else a :class:`SpagInputError`
+    naming the flag (``--top-p must be in (0, 1], got 0``); None means unset."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        bounds = {k: f.metadata[k] for k in BOUNDS if k in f.metadata}
+        if not bounds or value is None or isinstance(value, (bool, str)):
+            continue
+        if all(BOUNDS[k][1](value, bound) for k, bound in bounds.items()):
+            continue
+        raise SpagInputError(f"{_flag(f)} must be {_range_text(bounds)}, got {value}")
+
+
+def _range_text(bounds: dict[str, Any]) -> str:
+    low = [k for k in ("ge", "gt") if k in bounds]
+    high = [k for k in ("le", "lt") if k in bounds]
+    if low and high:
+        lo, hi = low[0], high[0]
+        return (
+            f"in {'[' if lo == 'ge' else '('}{bounds[lo]:g}, {bounds[hi]:g}"
+            f"{']' if hi == 'le' else ')'}"
+        )
+    return " and ".join(f"{BOUNDS[k][0]} {bounds[k]:g}" for k in bounds)
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def _json_types(hint: Any) -> list[str]:
+    if typing.get_origin(hint) in (list, tuple):
+        return ["array"]
+    return [_JSON_TYPES[hint]]
+
+
+def field_schema(cls: type, f: dataclasses.Field) -> dict[str, Any]:
+    """The JSON Schema of one setting: type (or ``enum`` from ``choices``), bounds,
+    ``schema`` keywords, default and description, all from its declaration."""
+    hint = typing.get_type_hints(cls)[f.name]
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    nullable = union and type(None) in typing.get_args(hint) and "filled" not in f.metadata
+    node: dict[str, Any] = {}
+    if f.metadata.get("choices"):
+        node["enum"] = [*f.metadata["choices"], *([None] if nullable else [])]
+    else:
+        names = [t for kind in kinds for t in _json_types(kind)] + (["null"] if nullable else [])
+        node["type"] = names[0] if len(names) == 1 else names
+        if names[0] == "array":
+            node["items"] = {"type": _json_types(typing.get_args(kinds[0])[0])[0]}
+    for key, (_, _, keyword) in BOUNDS.items():
+        if key in f.metadata:
+            node[keyword] = f.metadata[key]
+    node.update(f.metadata.get("schema", {}))
+    default = _default(f)
+    if "filled" not in f.metadata:
+        node["default"] = list(default) if isinstance(default, tuple) else default
+    node["description"] = f.metadata["help"]
+    return node
+
+
+def section_schema(cls: type) -> dict[str, Any]:
+    """The config section ``cls`` declares, as JSON Schema (fields with ``key`` belong to
+    other sections)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "default": {},
+        "properties": {
+            f.name: field_schema(cls, f) for f in dataclasses.fields(cls) if "key" not in f.metadata
+        },
+    }
+
+
+def load_section_class(ref: str) -> type:
+    """The class a schema's ``x-section: module:Class`` names."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def add_arguments(

@@ -26,7 +26,7 @@ class SpagTrainingArguments(TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
     from ``self.args``: the loss (docs/design.md section 4) and the batch order."""
 
-    method: str = req("the objective (spag.training.objectives)", choices=tuple(OBJECTIVES))
+    method: str = req("the objective (spag.training.objectives)", choices=OBJECTIVES)
     kl_coeff: float = req("KL coefficient")
     sft_coeff: float = req("weight of the SFT term (objectives that have one)")
     clip_eps: float = req("ratio clip range (objectives that clip)")
