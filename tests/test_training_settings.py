@@ -12,7 +12,7 @@ from spag.commands import score_ref
 from spag.config import load_schema, validate_config
 from spag.errors import SpagInputError
 from spag.ops.device import family_device
-from spag.settings import add_arguments, cli_flags, from_arguments
+from spag.settings import add_arguments, from_arguments, step_flags
 from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, paper_defaults
 from spag.training.settings import (
     ScoreRefConfig,
@@ -38,7 +38,7 @@ def _parse(argv: list[str]) -> TrainConfig:
 
 def _cli_args(options: dict) -> list[str]:
     # As the rules render them (rules/resources.smk).
-    return shlex.split(cli_flags(**options))
+    return shlex.split(step_flags(TrainConfig, **options))
 
 
 def test_schema_lists_the_stage_settings_with_the_same_defaults():
@@ -175,7 +175,8 @@ def test_score_flags_round_trip_through_the_cli(stage, changed):
         "trust_remote_code": config["base_model"]["trust_remote_code"],
         "device": family_device(config, "score"),
     }
-    argv = shlex.split(cli_flags(**options)) + ["--model", "m", "--samples", "s", "--output", "o"]
+    argv = shlex.split(step_flags(ScoreRefConfig, **options))
+    argv += ["--model", "m", "--samples", "s", "--output", "o"]
     parsed = _parse_score(argv)
     assert parsed.batch_size == config["scoring"]["batch_size"]
     assert parsed.dtype == config["scoring"]["dtype"]

@@ -6,7 +6,8 @@ text each). From that one declaration come
 
 - the step's command-line flags, their defaults and help (:func:`add_arguments`),
 - the settings object of a parsed command line (:func:`from_arguments`),
-- the rule's flags from the validated config (:func:`config_options`),
+- the rule's flags from the validated config (:func:`config_options`), those at the
+  step's default left out (:func:`step_flags`),
 - the range checks of a constructed object (:func:`check_bounds`), and
 - the config schema's properties of the section a dataclass declares
   (:func:`section_schema`): the schema names the class (``x-section:
@@ -56,6 +57,7 @@ __all__ = [
     "req",
     "section_schema",
     "setting_names",
+    "step_flags",
 ]
 
 # A bound's metadata key -> how it reads, how it compares, its JSON Schema keyword.
@@ -302,6 +304,32 @@ def config_options(
         else:
             options[name] = value
     return options
+
+
+def step_flags(cls: type, **options: Any) -> str:
+    """A rule's command line part for the step whose settings ``cls`` declares: each
+    option at the step's own default is left out (the step then runs with that same
+    value), so that a knob added at its default leaves every existing job's command
+    line, and so Snakemake's params trigger, as it was."""
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if _required(f) or f.metadata.get("env"):
+            continue
+        name, default = _flag_name(f), _default(f)
+        defaults[name] = default
+        if field_type(cls, f) is bool and default is True:
+            defaults[f"no_{name}"] = False
+    kept = {k: v for k, v in options.items() if k not in defaults or not _same(v, defaults[k])}
+    return cli_flags(**kept)
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal as the step would hold them (2 and 2.0 alike; 1 and True not)."""
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return list(value) == list(default)
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    return value == default
 
 
 def cli_flags(**options: Any) -> str:

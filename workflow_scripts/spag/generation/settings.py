@@ -125,7 +125,7 @@ class SelfplaySettings(SamplingSettings):
         **SHARE,
     )
     kv_reuse_gib: float = opt(
-        2,
+        2.0,
         "hf backend: memory for keys/values kept between turns of a game (0: off); count "
         "it in resources.selfplay/evaluate mem_mb",
         ge=0,

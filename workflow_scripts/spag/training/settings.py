@@ -58,7 +58,7 @@ class StageSettings(Checked):
     learning_rate: float | None = opt(
         None, "peak learning rate; default: the objective's", gt=0, filled="objective"
     )
-    num_train_epochs: float = opt(1, "passes over the samples", gt=0)
+    num_train_epochs: float = opt(1.0, "passes over the samples", gt=0)
     max_steps: int = opt(-1, "optimizer steps; -1: as many as the epochs give")
     per_device_batch_size: int = opt(
         2, "samples per device and step", ge=1, arg="per_device_train_batch_size"
