@@ -20,7 +20,7 @@ from spag.settings import add_arguments, from_arguments, step_flags
 CHANGED = {
     "seed": 7,
     "words": {"num_train": 20, "num_test": 5, "min_length": 4, "max_length": 9},
-    "rewards": {"decay": 0.5},
+    "rewards": {"decay_weight": 0.5},
     "game": {"prompt_format": "chat"},
     "base_model": {"trust_remote_code": True},
     "resources": {"evaluate": {"gpus": 1}},
@@ -69,7 +69,9 @@ def test_assign_rewards_flags(name, config):
     options = rewards_arguments(config)
     job = _runs_with(AssignRewardsConfig, options, "--episodes", "e", "--output", "o")
     r = config["rewards"]
-    assert (job.scheme, job.decay, job.control) == (r["scheme"], r["decay"], r["control"])
+    assert (job.scheme, job.decay_weight, job.control) == (
+        r["scheme"], r["decay_weight"], r["control"],
+    )  # fmt: skip
     # at the defaults the contract's command line of docs/design.md section 6 is enough
     expected = "" if name == "default" else "--decay-weight 0.5"
     assert step_flags(AssignRewardsConfig, **options) == expected
@@ -87,12 +89,13 @@ def test_eval_reasoning_flags(name, config):
     assert job.device == options["device"]
 
 
-def test_decay_keeps_its_flag_name():
+def test_decay_weight_is_one_name_from_config_to_flag():
+    """docs/design.md section 6's --decay-weight is the config key rewards.decay_weight."""
     parser = argparse.ArgumentParser()
     add_arguments(parser, RewardsSettings)
-    assert from_arguments(RewardsSettings, parser.parse_args([])).decay == 0.8
+    assert from_arguments(RewardsSettings, parser.parse_args([])).decay_weight == 0.8
     args = parser.parse_args(["--decay-weight", "0.5"])
-    assert from_arguments(RewardsSettings, args) == RewardsSettings(decay=0.5)
+    assert from_arguments(RewardsSettings, args) == RewardsSettings(decay_weight=0.5)
 
 
 def test_reasoning_limit_and_batch_size_parse_as_before():

@@ -26,7 +26,7 @@ from spag.training.settings import (
 
 # The per-stage config keys (imitation.*, spag.*), in declaration order.
 STAGE_KEYS = [f.name for f in dataclasses.fields(StageSettings)]
-REQUIRED = ["--method", "sft_kl", "--model", "m", "--samples", "s.parquet", "--output", "o"]
+REQUIRED = ["--objective", "sft_kl", "--model", "m", "--samples", "s.parquet", "--output", "o"]
 REQUIRED += ["--checkpoint-dir", "c", "--loss-log", "l.tsv"]
 
 
@@ -56,7 +56,7 @@ def test_cli_defaults_are_the_dataclass_defaults():
             assert getattr(parsed, f.name) == f.default, f.name
     # Unset, the learning rate and KL coefficient are the method's.
     for method, defaults in ((m, paper_defaults(m)) for m in OBJECTIVES):
-        parsed = _parse([*REQUIRED, "--method", method])
+        parsed = _parse([*REQUIRED, "--objective", method])
         for key, value in defaults.items():
             assert getattr(parsed, key) == value, (method, key)
     assert _parse([*REQUIRED, "--kl-coeff", "0.3"]).kl_coeff == 0.3

@@ -86,6 +86,24 @@ def _merge(base: dict[str, Any], layer: dict[str, Any]) -> None:
             base[key] = copy.deepcopy(value)
 
 
+# Keys renamed to the one name their step and the code use: the old name is refused at
+# plan time naming the new one.
+RENAMED = {
+    ("rewards", "decay"): "rewards.decay_weight",
+    ("imitation", "gradient_checkpointing"): "imitation.activation_checkpointing",
+    ("spag", "gradient_checkpointing"): "spag.activation_checkpointing",
+}
+
+
+def _refuse_renamed(config: dict[str, Any], source: str) -> None:
+    for (section, key), new in RENAMED.items():
+        if isinstance(config.get(section), dict) and key in config[section]:
+            raise SpagInputError(
+                f"{source}: key '{section}.{key}' is now '{new}' (the same setting, under the "
+                "name its step's flag and the code use)"
+            )
+
+
 def _with_defaults(validator_class):
     validate_properties = validator_class.VALIDATORS["properties"]
 
@@ -175,6 +193,7 @@ def validate_config(
     Raises :class:`SpagInputError` listing every wrong or unknown key by its path.
     """
     given = copy.deepcopy(config if given is None else given)
+    _refuse_renamed(config, source)
     schema = load_schema()
     _coerce_strings(config, schema, schema)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.path))

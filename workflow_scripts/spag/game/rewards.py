@@ -88,8 +88,12 @@ class RewardsSettings(Checked):
         "is the paper's, the winner's messages of decisive games",
         choices=REWARD_SCHEMES,
     )
-    # The design's flag name (docs/design.md section 5) predates the config key.
-    decay: float = opt(0.8, "reward decay", gt=0, flag="decay_weight")
+    decay_weight: float = opt(
+        0.8,
+        "the decay of section 3: a message k turns before the end gets (1/decay_weight)^k "
+        "before the rewards are normalised",
+        gt=0,
+    )
     control: bool = opt(
         False,
         "control arm: the game samples weigh 0, so the SPAG step trains the rest of its "
@@ -194,7 +198,7 @@ def _game_rows(
 def assign_rewards(
     episodes_table: pa.Table,
     *,
-    decay: float,
+    decay_weight: float,
     seed: int,
     scheme: str = RewardsSettings.scheme,
     prompts: Any = None,
@@ -212,8 +216,8 @@ def assign_rewards(
     weighs 0: the table, hence the trainer's batches and steps, is the one SPAG would
     train on, but nothing is learned from the games.
     """
-    if not decay > 0:
-        raise SpagInputError(f"decay weight must be positive, got {decay}")
+    if not decay_weight > 0:
+        raise SpagInputError(f"decay weight must be positive, got {decay_weight}")
     if scheme not in REWARD_SCHEMES:
         raise SpagInputError(
             f"rewards.scheme: unknown scheme {scheme!r} (known: {', '.join(REWARD_SCHEMES)})"
@@ -225,7 +229,14 @@ def assign_rewards(
     rand = random.Random(seed).random
     episodes = iter_episodes(table, source, game=game)
     sampled, _ = _game_rows(
-        game, episodes, prompts, rand, REWARD_SCHEMES[scheme], lambda r: 0.0, samples, decay
+        game,
+        episodes,
+        prompts,
+        rand,
+        REWARD_SCHEMES[scheme],
+        lambda r: 0.0,
+        samples,
+        decay_weight,
     )
     # The role weights need every game's samples: set once they are all in.
     weights = role_weights(sampled, game)

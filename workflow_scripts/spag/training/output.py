@@ -56,9 +56,8 @@ def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None
     barrier()
     if is_main:
         copy_tokenizer_files(cfg.model, tmp)
-        # Under the command line's names (the objective is --method).
         info = {
-            ("method" if k == "objective" else k): v
+            k: v
             for k, v in asdict(cfg).items()
             if k not in ("output", "checkpoint_dir", "loss_log")
         }

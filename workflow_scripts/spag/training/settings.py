@@ -3,7 +3,7 @@
 ``StageSettings`` holds the hyper-parameters a user sets per stage (config keys
 ``imitation.*`` and ``spag.*``; the schema's ``$defs.training`` lists the same keys
 with the same defaults, checked by a test). ``TrainConfig`` adds what a job is given
-(files, method, run-wide keys). ``spag train``'s flags, their defaults and help are
+(files, objective, run-wide keys). ``spag train``'s flags, their defaults and help are
 generated from ``TrainConfig`` (:func:`spag.settings.add_arguments`), the rules' flags
 from the validated config (:func:`stage_arguments`), and the Trainer's arguments from
 the settings by name (:func:`argument_values`, metadata ``arg``), so no default is
@@ -76,9 +76,7 @@ class StageSettings(Checked):
     weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
     bf16: bool = opt(False, "bfloat16 mixed precision")
     tf32: bool = opt(False, "TF32 matrix products (CUDA only)", arg=None)
-    gradient_checkpointing: bool = opt(
-        False, "recompute activations in the backward pass", arg="activation_checkpointing"
-    )
+    activation_checkpointing: bool = opt(False, "recompute activations in the backward pass")
     deepspeed: str | None = opt(
         None,
         "zero3_offload, zero3 (bf16 gradients accumulated in bf16, as the research code), "
@@ -108,15 +106,11 @@ class StageSettings(Checked):
         "ratio clip range, for the objectives that clip (offline_po)",
         gt=0,
     )
-    # ``--method`` on the command line (first), ``method`` in the Trainer's arguments and
-    # in the model's spag_training.json.
     objective: str | None = opt(
         None,
         "the loss: a name registered in spag/training/objectives.py OBJECTIVES; default: "
         "the paper's for the stage (imitation: sft_kl, spag: offline_po)",
         choices=OBJECTIVES,
-        flag="method",
-        arg="method",
         filled="stage",
     )
 
@@ -174,7 +168,7 @@ class TrainConfig(StageSettings):
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise SpagInputError(
-                f"--method must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
+                f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
             )
         # The learning rate and KL coefficient the objective implies where they are unset.
         for key, value in paper_defaults(self.objective).items():
@@ -206,7 +200,7 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
     so the job's command line shows every value it trains with.
     """
     objective = config[stage]["objective"]
-    options: dict[str, Any] = {"method": objective}
+    options: dict[str, Any] = {"objective": objective}
     for key, value in config_options(StageSettings, config[stage]).items():
         if key in COEFFICIENTS and key not in coefficients(objective):
             continue  # another objective's coefficient
