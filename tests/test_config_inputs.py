@@ -173,3 +173,13 @@ def test_nested_command_line_values_are_read_as_yaml():
 def test_a_renamed_key_is_refused_naming_its_new_name(given, old, new):
     with pytest.raises(SpagInputError, match=rf"key '{old}' is now '{new}'"):
         validate_config(given)
+
+
+def test_a_coefficient_the_objective_has_not_is_refused():
+    with pytest.raises(SpagInputError, match=r"key 'imitation.clip_eps' means nothing for "
+                       r"'imitation.objective' sft_kl, whose coefficients are kl_coeff"):  # fmt: skip
+        validate_config({"imitation": {"clip_eps": 0.3}})
+    with pytest.raises(SpagInputError, match=r"key 'spag.sft_coeff' means nothing"):
+        validate_config({"spag": {"objective": "sft_kl", "sft_coeff": 0.5}})
+    # the shipped configs set offline_po's coefficients for the SPAG stage only
+    validate_config({"spag": {"clip_eps": 0.3, "sft_coeff": 0.4}})

@@ -25,6 +25,7 @@ import yaml
 from spag.errors import SpagInputError
 from spag.settings import load_section_class, section_schema
 from spag.training.objectives import (
+    OBJECTIVES,
     STAGE_OBJECTIVE,
     build_objective,
     coefficients,
@@ -220,6 +221,7 @@ def validate_config(
         for key, value in paper_defaults(config[stage]["objective"]).items():
             config[stage].setdefault(key, value)
     _game_defaults(config, given, source, schema)
+    _refuse_unused_coefficients(config, given, source)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
@@ -410,6 +412,20 @@ def num_secrets(config: dict[str, Any], split: str) -> int:
     ``words.num_train`` / ``words.num_test``."""
     deals = load_game_deals(config)
     return len(deals) if deals is not None else config["words"][f"num_{split}"]
+
+
+def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], source: str) -> None:
+    """A coefficient the stage's objective has not (``clip_eps`` for ``sft_kl``) would be
+    accepted and ignored: refused where the user set it."""
+    every = {key for name in OBJECTIVES for key in coefficients(name)}
+    for stage in STAGE_OBJECTIVE:
+        objective = config[stage]["objective"]
+        unused = sorted((every - set(coefficients(objective))) & set(given.get(stage) or {}))
+        if unused:
+            raise SpagInputError(
+                f"{source}: key '{stage}.{unused[0]}' means nothing for '{stage}.objective' "
+                f"{objective}, whose coefficients are {', '.join(coefficients(objective))}"
+            )
 
 
 def _check_cross_keys(config: dict[str, Any], source: str) -> None:
