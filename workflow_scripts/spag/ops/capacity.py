@@ -303,7 +303,7 @@ def training_memory(
     per_device_batch_size: int,
     max_length: int,
     bf16: bool,
-    gradient_checkpointing: bool,
+    activation_checkpointing: bool,
     zero: ZeroLayout = ZeroLayout(),
     gpus: int = 1,
     nodes: int = 1,
@@ -350,7 +350,7 @@ def training_memory(
     tokens = per_device_batch_size * max_length
     per_layer = activation_elements_per_token(config) * tokens * act_bytes
     h, layers = config["hidden_size"], config["num_hidden_layers"]
-    if gradient_checkpointing:
+    if activation_checkpointing:
         # Each layer's input kept; one layer recomputed, with its gradients, at a time.
         activations = layers * tokens * h * act_bytes + 2 * per_layer
     else:
