@@ -45,6 +45,7 @@ def test_the_steps_declare_their_sections():
     assert declared == {
         "training": "StageSettings",
         "words": "WordsSettings",
+        "data.teacher": "TeacherSettings",
         "game": "GameSettings",
         "selfplay": "SelfplaySettings",
         "rewards": "RewardsSettings",

@@ -253,10 +253,7 @@ def teacher_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = dict(
         model=t["model"],
         model_name="teacher",
-        max_new_tokens=t["max_new_tokens"],
-        temperature=t["temperature"],
-        top_p=t["top_p"],
-        top_k=t["top_k"],
+        **{k: t[k] for k in sampling_knobs()},
         greedy=t["temperature"] == 0,
         game=config["game"]["name"],
         max_turns=config["game"]["max_turns"],
