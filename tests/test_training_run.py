@@ -94,7 +94,7 @@ def test_sft_kl_one_step_with_explicit_reference(scored, tiny_model_dir, tmp_pat
     rc = main(
         _train_args(
             tiny_model_dir, scored, tmp_path, "--objective", "sft_kl", "--max-steps", "1",
-            "--ref-model", str(tiny_model_dir), "--no-group-by-length", "--gradient-checkpointing",
+            "--ref-model", str(tiny_model_dir), "--no-group-by-length", "--activation-checkpointing",
         )
     )  # fmt: skip
     assert rc == 0
