@@ -156,6 +156,8 @@ _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 def _json_types(hint: Any) -> list[str]:
     if typing.get_origin(hint) in (list, tuple):
         return ["array"]
+    if dataclasses.is_dataclass(hint):
+        return ["object"]
     return [_JSON_TYPES[hint]]
 
 
@@ -174,6 +176,10 @@ def field_schema(cls: type, f: dataclasses.Field) -> dict[str, Any]:
         node["type"] = names[0] if len(names) == 1 else names
         if names[0] == "array":
             node["items"] = {"type": _json_types(typing.get_args(kinds[0])[0])[0]}
+        elif names[0] == "object":
+            # A group of settings declared by its own dataclass (a mapping in the config).
+            declared = section_schema(kinds[0])
+            node.update(additionalProperties=False, properties=declared["properties"])
     for key, (_, _, keyword) in BOUNDS.items():
         if key in f.metadata:
             node[keyword] = f.metadata[key]
@@ -238,7 +244,13 @@ def add_arguments(
         extra: dict[str, Any] = dict(parser_dest)
         if parser_dest:
             extra["metavar"] = _flag_name(f).upper()
-        if _is_list(kind):
+        if dataclasses.is_dataclass(kind):
+            # A group of settings: KEY=VALUE words, made into ``kind`` by from_arguments.
+            fields = ", ".join(g.name for g in dataclasses.fields(kind))
+            help_text += f" (KEY=VALUE words, KEY one of {fields}; lists comma-separated)"
+            extra.update(nargs="+", metavar="KEY=VALUE")
+            kind = str
+        elif _is_list(kind):
             extra["nargs"] = "+"
             kind = typing.get_args(kind)[0]
         kind = f.metadata.get("type", kind)
@@ -268,6 +280,33 @@ def from_arguments(cls: type, args: argparse.Namespace, **given: Any) -> Any:
         for f in dataclasses.fields(cls)
         if f.init and (f.name in given or hasattr(args, f.name))
     }
+    for f in dataclasses.fields(cls):
+        kind = field_type(cls, f)
+        if dataclasses.is_dataclass(kind) and isinstance(values.get(f.name), list):
+            values[f.name] = _from_words(kind, values[f.name], _flag(f))
+    return cls(**values)
+
+
+def _from_words(cls: type, words: list[str], flag: str) -> Any:
+    """A group of settings from ``KEY=VALUE`` words (what :func:`cli_flags` writes)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for word in words:
+        key, sep, text = word.partition("=")
+        if not sep or key not in fields:
+            raise SpagInputError(
+                f"{flag}: {word!r} is not KEY=VALUE with KEY one of {', '.join(fields)}"
+            )
+        kind = field_type(cls, fields[key])
+        try:
+            if _is_list(kind):
+                values[key] = tuple(t for t in text.split(",") if t)
+            elif kind is bool:
+                values[key] = {"true": True, "false": False}[text.lower()]
+            else:
+                values[key] = kind(text)
+        except (KeyError, ValueError):
+            raise SpagInputError(f"{flag}: {key}={text!r} is not a {kind.__name__}") from None
     return cls(**values)
 
 
@@ -336,7 +375,7 @@ def cli_flags(**options: Any) -> str:
     """Options rendered as a shell-quoted command line part (what a rule's shell gets).
 
     ``None``, ``False`` and ``[]`` leave the flag out; ``True`` is a bare flag; a list
-    is one flag followed by its values.
+    is one flag followed by its values; a mapping one flag and its ``KEY=VALUE`` words.
     """
     parts = []
     for key, value in options.items():
@@ -347,6 +386,12 @@ def cli_flags(**options: Any) -> str:
             parts.append(flag)
         elif isinstance(value, (list, tuple)):
             parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        elif isinstance(value, dict):
+            # KEY=VALUE words, a list's items joined by commas: no braces, which a rule's
+            # params would take for wildcards.
+            words = [f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                     for k, v in value.items()]  # fmt: skip
+            parts.append(" ".join([flag, *map(shlex.quote, words)]))
         else:
             parts.append(f"{flag} {shlex.quote(str(value))}")
     return " ".join(parts)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.generation.settings import SelfplaySettings
+from spag.training.lora import LORA_TARGETS
 
 GIB = 1024**3
 BLOCK_TOKENS = 16  # vLLM's default KV cache block size
@@ -170,8 +171,6 @@ def model_config(model_dir: str | Path) -> tuple[dict[str, Any], int | None]:
 
 
 # ---------------------------------------------------------------- training jobs
-# LoRA's targets on a Llama-family decoder: every attention and MLP projection.
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Bytes per trained parameter: weights, gradients and AdamW's two moments. Without
 # DeepSpeed the Trainer keeps fp32 weights and gradients (bf16 only inside autocast):
 # 4 + 4 + 8; ZeRO-3 in bf16 keeps bf16 weights and gradients and fp32 master weights

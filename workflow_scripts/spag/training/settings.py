@@ -31,6 +31,7 @@ from spag.ops import (
 )
 from spag.ops import TRACKING_DIR as DEFAULT_TRACKING_DIR
 from spag.settings import Checked, config_options, opt, req
+from spag.training.lora import LoraSettings
 from spag.training.objectives import OBJECTIVES, coefficients, paper_defaults
 
 # Every objective's coefficients: a stage passes only its own objective's.
@@ -91,6 +92,12 @@ class StageSettings(Checked):
         True,
         "pack a micro-batch in one row, attention per sample: no padding slots (false: "
         "right-padded batches)",
+    )
+    peft: LoraSettings | None = opt(
+        None,
+        "a low-rank adapter (peft's LoraConfig names), trained on the frozen model and "
+        "merged into the stage's model folder (its adapter/ kept); null: full "
+        "fine-tuning, the paper's method",
     )
     # The objectives' coefficients (spag.training.objectives; each reads its own).
     kl_coeff: float | None = opt(
