@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 walls[side].append(wall)
                 continue
             out = tmp / f"{side}-{rnd}"
-            cmd = ["train", "--method", "offline_po", "--model", args.model,
+            cmd = ["train", "--objective", "offline_po", "--model", args.model,
                    "--samples", str(scored), "--output", str(out / "model"),
                    "--checkpoint-dir", str(out / "ckpt"), "--loss-log", str(out / "loss.tsv"),
                    "--per-device-batch-size", str(args.batch_size),

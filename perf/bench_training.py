@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         features, _ = build_features(table, tokenizer, args.max_length, samples, with_ref=True)
         dataset = SampleDataset(features)
         cfg = TrainConfig(
-            method="offline_po", model=str(model_dir), samples=str(samples),
+            objective="offline_po", model=str(model_dir), samples=str(samples),
             output=str(work / "out"), checkpoint_dir=str(work / f"ckpt_{name}"),
             loss_log=str(work / "loss.tsv"), learning_rate=1e-4, max_steps=steps,
             per_device_batch_size=args.batch_size, gradient_accumulation_steps=1,

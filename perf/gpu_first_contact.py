@@ -592,7 +592,7 @@ def step_training(args: argparse.Namespace, rec: Recorder) -> None:
             "--samples", str(args.work / f"scored_{scores}.parquet"),
             "--output", str(folder / "model"), "--checkpoint-dir", str(folder / "ckpt"),
             "--loss-log", str(folder / "loss.tsv"), "--max-length", str(sizes.max_length),
-            "--prompt-format", "raw", "--method", "offline_po",
+            "--prompt-format", "raw", "--objective", "offline_po",
             "--per-device-batch-size", str(sizes.train_batch),
             "--gradient-accumulation-steps", str(sizes.train_accum),
             "--max-steps", str(sizes.train_steps), "--learning-rate", "1e-6",

@@ -24,9 +24,7 @@ if GAME.deals is None:
                 else config["words"]["source"]
             ),
         ),
-        params=dict(
-            source=config["words"]["source"], args=cli_flags(**words_arguments(config))
-        ),
+        params=dict(source=config["words"]["source"], args=words_args()),
         shell=(
             "exec spag target-words --source {params.source:q} --stopwords {input.stopwords:q}"
             " --output-train {output.train:q} --output-test {output.test:q} {params.args}"

@@ -4,9 +4,13 @@
 # No rules.
 
 from spag.ops.cluster import family_resources, torchrun_prefix
+from spag.commands.assign_rewards import AssignRewardsConfig
+from spag.commands.eval_reasoning import EvalReasoningConfig
+from spag.commands.target_words import TargetWordsConfig
 from spag.data.words import words_arguments
 from spag.evaluation.reasoning import reasoning_arguments
 from spag.game.play_settings import (
+    PlayConfig,
     eval_play_arguments,
     eval_sampled_play_arguments,
     selfplay_arguments,
@@ -14,8 +18,13 @@ from spag.game.play_settings import (
 )
 from spag.game.rewards import rewards_arguments
 from spag.game.teacher import teacher_plays_locally
-from spag.settings import cli_flags
-from spag.training.settings import score_arguments, stage_arguments
+from spag.settings import cli_flags, step_flags
+from spag.training.settings import (
+    ScoreRefConfig,
+    TrainConfig,
+    score_arguments,
+    stage_arguments,
+)
 
 # ---------------------------------------------------------------- resources
 # The loop's jobs (self-play, scoring, training: the way to the next model) start before
@@ -74,35 +83,46 @@ def teacher_family():
 
 # ---------------------------------------------------------------- arguments
 # Each step's flags come from the dataclass that declares its settings (spag.settings);
-# cli_flags renders them shell-quoted.
+# step_flags leaves out those at the step's default (a knob added at its default changes
+# no job's command line) and renders the rest shell-quoted.
 def train_args(stage):
     """`spag train` flags of the `imitation` or `spag` stage."""
-    return cli_flags(**stage_arguments(config, stage))
+    return step_flags(TrainConfig, **stage_arguments(config, stage))
 
 
 def score_args(stage):
     """`spag score-ref` flags for the samples of a training stage (its length and format)."""
-    return cli_flags(**score_arguments(config, stage))
+    return step_flags(ScoreRefConfig, **score_arguments(config, stage))
 
 
 def play_args():
-    return cli_flags(**selfplay_arguments(config))
+    return step_flags(PlayConfig, **selfplay_arguments(config))
 
 
 def eval_play_args():
-    return cli_flags(**eval_play_arguments(config))
+    return step_flags(PlayConfig, **eval_play_arguments(config))
 
 
 def eval_sampled_play_args():
-    return cli_flags(**eval_sampled_play_arguments(config))
+    return step_flags(PlayConfig, **eval_sampled_play_arguments(config))
 
 
 def teacher_play_args(wildcards, threads):
-    flags = cli_flags(**teacher_play_arguments(config))
+    flags = step_flags(PlayConfig, **teacher_play_arguments(config))
     if teacher_plays_locally(config):
         flags += f" --threads {threads_arg(wildcards, threads)}"
     return flags
 
 
 def reasoning_args():
-    return cli_flags(**reasoning_arguments(config))
+    return step_flags(EvalReasoningConfig, **reasoning_arguments(config))
+
+
+def words_args():
+    return step_flags(TargetWordsConfig, **words_arguments(config))
+
+
+def rewards_args():
+    return step_flags(
+        AssignRewardsConfig, **rewards_arguments(config), game=config["game"]["name"]
+    )

@@ -24,7 +24,7 @@ rule assign_rewards:
     resources:
         **job_resources("cpu"),
     params:
-        rewards=cli_flags(**rewards_arguments(config), game=config["game"]["name"]),
+        rewards=rewards_args(),
         # Each epoch draws its own randomised training prompts.
         seed=lambda wildcards: config["seed"] * 1000 + int(wildcards.epoch),
     shell:

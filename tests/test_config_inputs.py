@@ -100,7 +100,7 @@ def test_the_packaged_model_with_chat_passes():
          r"key 'evaluation.opponent'.*finite timeout"),
         ({"spag": {"learning_rate": float("nan")}}, r"key 'spag.learning_rate': nan is not a finite"),
         ({"selfplay": {"temperature": float("inf")}}, r"key 'selfplay.temperature': inf is not"),
-        ({"rewards": {"decay": float("nan")}}, r"key 'rewards.decay': nan"),
+        ({"rewards": {"decay_weight": float("nan")}}, r"key 'rewards.decay_weight': nan"),
         ({"rewards": {"control": True}, "spag": {"sft_coeff": 0}},
          r"key 'rewards.control' is true, but 'spag.objective' offline_po with .*'spag.sft_coeff' "
          r"0, .* learns nothing from instruction rows"),
@@ -157,3 +157,29 @@ def test_nested_command_line_values_are_read_as_yaml():
     cfg["selfplay"]["num_shards"] = "two"
     with pytest.raises(SpagInputError, match=r"key 'selfplay.num_shards': 'two'"):
         validate_config(cfg)
+
+
+@pytest.mark.parametrize(
+    ("given", "old", "new"),
+    [
+        ({"rewards": {"decay": 0.7}}, "rewards.decay", "rewards.decay_weight"),
+        (
+            {"spag": {"gradient_checkpointing": True}},
+            "spag.gradient_checkpointing",
+            "spag.activation_checkpointing",
+        ),
+    ],
+)
+def test_a_renamed_key_is_refused_naming_its_new_name(given, old, new):
+    with pytest.raises(SpagInputError, match=rf"key '{old}' is now '{new}'"):
+        validate_config(given)
+
+
+def test_a_coefficient_the_objective_has_not_is_refused():
+    with pytest.raises(SpagInputError, match=r"key 'imitation.clip_eps' means nothing for "
+                       r"'imitation.objective' sft_kl, whose coefficients are kl_coeff"):  # fmt: skip
+        validate_config({"imitation": {"clip_eps": 0.3}})
+    with pytest.raises(SpagInputError, match=r"key 'spag.sft_coeff' means nothing"):
+        validate_config({"spag": {"objective": "sft_kl", "sft_coeff": 0.5}})
+    # the shipped configs set offline_po's coefficients for the SPAG stage only
+    validate_config({"spag": {"clip_eps": 0.3, "sft_coeff": 0.4}})

@@ -94,7 +94,7 @@ def test_gpu_steps_refuse_to_run_on_the_cpu(tiny_model_dir, tmp_path):
         tmp_path,
     )  # fmt: skip
     _fails_at_once(
-        [*SPAG, "train", "--method", "offline_po", "--model", str(tiny_model_dir),
+        [*SPAG, "train", "--objective", "offline_po", "--model", str(tiny_model_dir),
          "--samples", str(samples), "--output", str(tmp_path / "m"),
          "--checkpoint-dir", str(tmp_path / "c"), "--loss-log", str(tmp_path / "l.tsv"),
          "--device", "cuda"],

@@ -5,9 +5,11 @@ setting's name when the tools are missing."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -70,8 +72,19 @@ def test_a_killed_builds_lock_does_not_block_the_next_job(op, folder, tmp_path):
     waits on it forever. Under the node lock it is known stale and removed; DeepSpeed's
     own later load (here the collectives' at engine start) then finds the op loaded and
     takes no lock file, so one left behind meanwhile stops nothing."""
-    lock = extensions_dir() / folder / "lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+    env["DS_ACCELERATOR"] = "cpu"
+    # The op built (or loaded) in this node's folder, then copied into a cache of the
+    # test's own, where no other job's build takes or drops a lock file meanwhile.
+    build = f"from spag.training.extensions import build_ops\nbuild_ops([{op!r}])\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", build], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    own = tmp_path / "cache" / extensions_dir().relative_to(cache)
+    shutil.copytree(extensions_dir() / folder, own / folder, ignore=shutil.ignore_patterns("lock"))
+    lock = own / folder / "lock"
     lock.write_text("")
     code = (
         "import logging, os, signal; logging.basicConfig(level=logging.INFO)\n"
@@ -84,12 +97,11 @@ def test_a_killed_builds_lock_does_not_block_the_next_job(op, folder, tmp_path):
         f"os.unlink({str(lock)!r})\n"
         "print(path)\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
-    env["DS_ACCELERATOR"] = "cpu"
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "left by a killed build" in proc.stderr
-    assert proc.stdout.strip().endswith(f"{folder}.so")
+    assert proc.stdout.strip() == str(own / folder / f"{folder}.so")
     assert not lock.exists()

@@ -109,8 +109,8 @@ def test_zero_sum_for_taboo_and_winners_unchanged():
 
 def test_assign_rewards_with_zero_sum_on_poker_hands():
     table = scripted_games(KUHN_POKER, KUHN_POKER.deals, 10, seed=0, max_turns=2)
-    winners = assign_rewards(table, decay=0.8, seed=0, source="t", game=KUHN_POKER)
-    zero = assign_rewards(table, decay=0.8, seed=0, scheme="zero_sum", source="t",
+    winners = assign_rewards(table, decay_weight=0.8, seed=0, source="t", game=KUHN_POKER)
+    zero = assign_rewards(table, decay_weight=0.8, seed=0, scheme="zero_sum", source="t",
                           game=KUHN_POKER)  # fmt: skip
     assert min(winners.column("reward").to_pylist()) > 0
     rewards = zero.column("reward").to_pylist()

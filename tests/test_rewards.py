@@ -24,7 +24,7 @@ ROLES = ("attacker", "defender")
 
 def assign_rewards(table: pa.Table, **given) -> pa.Table:
     """The step's function with the config's decay, seed 0 and a plain source name."""
-    given = {"decay": RewardsSettings.decay, "seed": 0, "source": "episodes", **given}
+    given = {"decay_weight": RewardsSettings.decay_weight, "seed": 0, "source": "episodes", **given}
     return rewards.assign_rewards(table, **given)
 
 
@@ -60,7 +60,7 @@ GAMES = [
 
 
 def test_samples_contract_rewards_and_weights():
-    out = assign_rewards(episodes_table(GAMES), decay=0.8, seed=1, game=TABOO)
+    out = assign_rewards(episodes_table(GAMES), decay_weight=0.8, seed=1, game=TABOO)
     assert out.schema == SAMPLE_SCHEMA
     rows = out.to_pylist()
     assert [(r["episode_id"], r["turn"], r["role"]) for r in rows] == [
@@ -197,7 +197,7 @@ def reference_samples(games, decay):
 @given(random_games(), st.sampled_from([0.5, 0.8, 0.9, 1.0]))
 def test_rewards_match_reference(games, decay):
     expected = reference_samples(games, decay)
-    out = assign_rewards(episodes_table(games), decay=decay, seed=0, game=TABOO).to_pylist()
+    out = assign_rewards(episodes_table(games), decay_weight=decay, seed=0, game=TABOO).to_pylist()
     got = [
         (r["episode_id"], r["turn"], r["role"], r["target"], r["reward"], r["weight"]) for r in out
     ]

@@ -1,5 +1,6 @@
-"""``spag play``'s settings are declared once: its flags come from ``PlayConfig``, and the
-rules' flags from the package give every job the same command line as before."""
+"""``spag play``'s settings are declared once: its flags come from ``PlayConfig``, the
+rules' flags from the package are the values the step runs with, and a knob at its
+default leaves every job's command line as it was."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from spag.errors import SpagInputError
 from spag.game.play_settings import (
     PlayConfig,
     eval_play_arguments,
+    eval_sampled_play_arguments,
     selfplay_arguments,
     teacher_play_arguments,
 )
 from spag.game.settings import GameSettings
 from spag.game.teacher import teacher_plays_locally
 from spag.generation.settings import Sampling, SelfplaySettings
-from spag.settings import add_arguments, cli_flags, from_arguments
+from spag.settings import add_arguments, from_arguments, opt, step_flags
 
 REQUIRED = ["--model", "m", "--words", "w.txt", "--output", "o.parquet"]
 
@@ -62,126 +64,6 @@ TEACHERS = {
 # Teachers whose model or partner is a folder: played here, on the self-play engine.
 LOCAL_TEACHERS = {"folder", "folder-partner", "endpoint-folder-partner"}
 
-# ---------------------------------------------------------------- the expected flags
-# The command lines the rules give `spag play` (self-play, evaluation, and the teacher's
-# games with its `--threads 4`), as they were when the rules built them themselves:
-# every job's flags must stay exactly these.
-PLAY_FLAGS = {
-    "default": (
-        "--backend hf --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cpu --kv-reuse-gib 2 --max-new-tokens 256 --temperature 1.2 --top-k 50 "
-        "--top-p 1.0 --batch-size 64"
-    ),
-    "hf-set": (
-        "--backend hf --max-turns 3 --prompt-format chat --max-length 2048 --dtype auto "
-        "--trust-remote-code --device cuda --kv-reuse-gib 0 --batch-memory-gib 1.5 "
-        "--max-new-tokens 256 --temperature 0.7 --top-k 50 --top-p 1.0 --batch-size 64"
-    ),
-    "vllm": (
-        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cuda --tensor-parallel-size 4 --gpu-memory-utilization 0.9 --max-new-tokens 256 "
-        "--temperature 1.2 --top-k 50 --top-p 1.0 --batch-size 64"
-    ),
-    "vllm-pinned": (
-        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cpu --tensor-parallel-size 2 --gpu-memory-utilization 0.8 --max-new-tokens 256 "
-        "--temperature 1.2 --top-k 50 --top-p 1.0 --batch-size 64"
-    ),
-}
-EVAL_PLAY_FLAGS = {
-    "default": (
-        "--backend hf --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cpu --kv-reuse-gib 2 --max-new-tokens 256 --batch-size 64 --greedy"
-    ),
-    "hf-set": (
-        "--backend hf --max-turns 3 --prompt-format chat --max-length 2048 --dtype auto "
-        "--trust-remote-code --device cpu --kv-reuse-gib 0 --batch-memory-gib 1.5 "
-        "--max-new-tokens 64 --batch-size 8 --greedy"
-    ),
-    "vllm": (
-        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cpu --tensor-parallel-size 1 --gpu-memory-utilization 0.45 "
-        "--opponent-gpu-memory-utilization 0.45 --max-new-tokens 256 --batch-size 64 --greedy"
-    ),
-    "vllm-pinned": (
-        "--backend vllm --max-turns 5 --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cuda --tensor-parallel-size 2 --gpu-memory-utilization 0.5 "
-        "--opponent-gpu-memory-utilization 0.3 --max-new-tokens 256 --batch-size 64 --greedy"
-    ),
-}
-TEACHER_FLAGS = {
-    ("default", "endpoint"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
-        "--games-per-word 1"
-    ),
-    ("default", "endpoint-folder-partner"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
-        "--opponent results/imitation_model --opponent-name partner --no-greedy --backend hf "
-        "--prompt-format raw --max-length 2048 --dtype auto --device cpu --kv-reuse-gib 2 "
-        "--batch-size 64 --threads 4"
-    ),
-    ("default", "endpoint-greedy"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
-        "--games-per-word 1"
-    ),
-    ("default", "endpoint-partner-greedy"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
-        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner"
-    ),
-    ("default", "folder"): (
-        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
-        "--top-p 1.0 --top-k 50 --max-turns 5 --games-per-word 3 --backend hf --prompt-format raw "
-        "--max-length 2048 --dtype auto --device cpu --kv-reuse-gib 2 --batch-size 64 --threads 4"
-    ),
-    ("default", "folder-partner"): (
-        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
-        "--top-p 1.0 --top-k 0 --max-turns 5 "
-        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner "
-        "--no-greedy --backend hf --prompt-format raw --max-length 2048 --dtype auto --device cpu "
-        "--kv-reuse-gib 2 --batch-size 64 --threads 4"
-    ),
-    ("vllm", "endpoint"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
-        "--games-per-word 1"
-    ),
-    ("vllm", "endpoint-folder-partner"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 1.0 --top-p 1.0 --top-k 0 --max-turns 5 "
-        "--opponent results/imitation_model --opponent-name partner --no-greedy --backend vllm "
-        "--prompt-format raw --max-length 2048 --dtype auto --device cuda "
-        "--tensor-parallel-size 4 --gpu-memory-utilization 0.9 --batch-size 64 --threads 4"
-    ),
-    ("vllm", "endpoint-greedy"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
-        "--games-per-word 1"
-    ),
-    ("vllm", "endpoint-partner-greedy"): (
-        "--model 'openai:http://127.0.0.1:8000/v1?model=teacher' --model-name teacher "
-        "--max-new-tokens 256 --temperature 0 --top-p 1.0 --top-k 0 --greedy --max-turns 5 "
-        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner"
-    ),
-    ("vllm", "folder"): (
-        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
-        "--top-p 1.0 --top-k 50 --max-turns 5 --games-per-word 3 --backend vllm "
-        "--prompt-format raw --max-length 2048 --dtype auto --device cuda "
-        "--tensor-parallel-size 4 --gpu-memory-utilization 0.9 --batch-size 64 --threads 4"
-    ),
-    ("vllm", "folder-partner"): (
-        "--model results/base_model --model-name teacher --max-new-tokens 256 --temperature 1.0 "
-        "--top-p 1.0 --top-k 0 --max-turns 5 "
-        "--opponent 'openai:http://127.0.0.1:8000/v1?model=teacher' --opponent-name partner "
-        "--no-greedy --backend vllm --prompt-format raw --max-length 2048 --dtype auto "
-        "--device cuda --tensor-parallel-size 4 --gpu-memory-utilization 0.9 --batch-size 64 "
-        "--threads 4"
-    ),
-}
-
 
 def _config(name: str, teacher: str | None = None) -> dict:
     raw = dict(CONFIGS[name])
@@ -190,50 +72,69 @@ def _config(name: str, teacher: str | None = None) -> dict:
     return validate_config(raw)
 
 
+def _played(options: dict, *extra: str) -> PlayConfig:
+    """The step's settings when it is run with the rule's flags."""
+    return _parse([*shlex.split(step_flags(PlayConfig, **options)), *extra])
+
+
+def _check_runs_with(options: dict, played: PlayConfig) -> None:
+    """Every option the rule gives is the value the step runs with, whether its flag is
+    written or left out at the step's default."""
+    for key, value in options.items():
+        if key == "greedy":
+            assert played.sampling.greedy == value, key
+        elif key == "no_greedy":
+            assert played.sampling.greedy is (not value), key
+        elif key.startswith("no_"):
+            assert getattr(played, key[3:]) is (not value), key
+        else:
+            assert getattr(played, key) == value, (key, getattr(played, key), value)
+
+
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_selfplay_and_evaluation_flags_are_the_rules_of_before(name):
+def test_selfplay_and_evaluation_flags_are_what_the_step_runs_with(name):
     config = _config(name)
-    assert _before(cli_flags(**selfplay_arguments(config))) == PLAY_FLAGS[name]
-    assert _before(cli_flags(**eval_play_arguments(config))) == EVAL_PLAY_FLAGS[name]
-
-
-def _before(flags: str) -> str:
-    """The flags as the rules wrote them before ``--game`` (config game.name) was added."""
-    assert " --game taboo " in f" {flags} "
-    return f" {flags} ".replace(" --game taboo ", " ").strip()
+    config["evaluation"]["sampled_games_per_secret"] = 2  # else no sampled games are played
+    _check_runs_with(selfplay_arguments(config), _played(selfplay_arguments(config)))
+    for options in (eval_play_arguments(config), eval_sampled_play_arguments(config)):
+        _check_runs_with(options, _played(options, "--opponent", "b"))
 
 
 @pytest.mark.parametrize("teacher", sorted(TEACHERS))
 @pytest.mark.parametrize("name", ["default", "vllm"])
-def test_teacher_flags_are_the_rules_of_before(name, teacher):
+def test_teacher_flags_are_what_the_step_runs_with(name, teacher):
     config = _config(name, teacher)
-    flags = _before(cli_flags(**teacher_play_arguments(config)))
-    if teacher_plays_locally(config):
-        flags += " --threads 4"
+    options = teacher_play_arguments(config)
     assert teacher_plays_locally(config) == (teacher in LOCAL_TEACHERS)
-    assert flags == TEACHER_FLAGS[name, teacher]
+    _check_runs_with(options, _played(options))
 
 
-@pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_rule_flags_round_trip_through_the_cli(name):
-    config = _config(name)
-    s = config["selfplay"]
-    played = _parse(shlex.split(cli_flags(**selfplay_arguments(config))))
-    assert played.sampling == Sampling(
-        max_new_tokens=s["max_new_tokens"],
-        temperature=s["temperature"],
-        top_k=s["top_k"],
-        top_p=s["top_p"],
-    )
-    assert (played.backend, played.max_length, played.dtype) == (
-        s["backend"],
-        s["max_length"],
-        s["dtype"],
-    )
-    assert played.max_turns == config["game"]["max_turns"]
-    evaluated = _parse([*shlex.split(cli_flags(**eval_play_arguments(config))), "--opponent", "b"])
-    assert evaluated.sampling.greedy
-    assert evaluated.max_new_tokens == config["evaluation"]["max_new_tokens"]
+def test_a_knob_at_its_default_is_left_out():
+    flags = step_flags(PlayConfig, **selfplay_arguments(_config("default")))
+    for knob in ("--temperature", "--top-k", "--top-p", "--max-new-tokens", "--kv-reuse-gib",
+                 "--backend", "--game", "--max-turns", "--dtype", "--prompt-format"):  # fmt: skip
+        assert knob not in flags, (knob, flags)
+    assert flags == "--max-length 2048 --device cpu --batch-size 64"
+    set_flags = step_flags(PlayConfig, **selfplay_arguments(_config("hf-set")))
+    assert "--temperature 0.7" in set_flags and "--kv-reuse-gib 0" in set_flags
+
+
+def test_adding_a_knob_at_its_default_changes_no_command_line():
+    """A new sampling knob (min_p, as a researcher would add it): every job's command line,
+    and so Snakemake's params trigger, stays as it was until a config sets it."""
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class WithMinP(PlayConfig):
+        min_p: float = opt(0.0, "drop tokens below min_p x the top token's probability", ge=0)
+
+    for name in CONFIGS:
+        config = _config(name)
+        config["evaluation"]["sampled_games_per_secret"] = 2
+        for arguments in (selfplay_arguments, eval_play_arguments, eval_sampled_play_arguments):
+            options = arguments(config)
+            before = step_flags(PlayConfig, **options)
+            assert step_flags(WithMinP, **options, min_p=0.0) == before
+            assert step_flags(WithMinP, **options, min_p=0.05) == before + " --min-p 0.05"
 
 
 def test_cli_defaults_are_the_declared_defaults():
@@ -255,9 +156,9 @@ def test_cli_defaults_are_the_declared_defaults():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--num-shards", "0"], "--num-shards must be at least 1"),
+        (["--num-shards", "0"], "--num-shards must be >= 1, got 0"),
         (["--shard-index", "2", "--num-shards", "2"], "--shard-index 2 is out of range"),
-        (["--max-turns", "0"], "--max-turns must be at least 1"),
+        (["--max-turns", "0"], "--max-turns must be >= 1, got 0"),
         (["--top-k", "-1"], "--top-k must be >= 0"),
         (["--top-p", "0"], r"--top-p must be in \(0, 1\]"),
         (["--kv-reuse-gib", "-1"], "--kv-reuse-gib must be >= 0"),

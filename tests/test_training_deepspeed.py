@@ -19,7 +19,7 @@ pytestmark = pytest.mark.deepspeed
 
 def _train_cmd(model, scored, out, *extra: str) -> list[str]:
     return [
-        "spag", "train", "--method", "offline_po",
+        "spag", "train", "--objective", "offline_po",
         "--model", str(model), "--samples", str(scored),
         "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
         "--loss-log", str(out / "loss.tsv"), "--max-length", "96",

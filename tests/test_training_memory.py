@@ -22,8 +22,8 @@ from spag.training.distributed import DEEPSPEED_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 P = 6_738_415_616  # LLaMA-2-7B's parameters
-# The paper's micro-batch: 2 samples of 2048 tokens, bf16, gradient checkpointing.
-PAPER = dict(per_device_batch_size=2, max_length=2048, bf16=True, gradient_checkpointing=True)
+# The paper's micro-batch: 2 samples of 2048 tokens, bf16, activation checkpointing.
+PAPER = dict(per_device_batch_size=2, max_length=2048, bf16=True, activation_checkpointing=True)
 # Activations by hand, 4096 tokens in bf16: each layer's input (32 x 4096 x 4096 x 2
 # bytes = 1,073,741,824) and one layer recomputed with its gradients, 2 x 97,280 elements
 # a token (norms 4 x 4096; q, k, v twice 2 x 12,288; attention and o_proj outputs
@@ -82,7 +82,7 @@ def test_zero3_shards_the_states_and_offload_moves_them_to_the_host():
 
 
 def test_checkpointing_keeps_one_layer_of_activations():
-    plain = training_memory(LLAMA2_7B, **{**PAPER, "gradient_checkpointing": False})
+    plain = training_memory(LLAMA2_7B, **{**PAPER, "activation_checkpointing": False})
     assert plain.activations_gib * GIB == 32 * 97_280 * 4096 * 2
     assert plain.activations_gib > 9 * training_memory(LLAMA2_7B, **PAPER).activations_gib
 

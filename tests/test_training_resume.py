@@ -23,7 +23,7 @@ MAX_STEPS = 24
 
 def _cmd(model: Path, samples: Path, out: Path) -> list[str]:
     return [
-        sys.executable, "-m", "spag", "train", "--method", "offline_po",
+        sys.executable, "-m", "spag", "train", "--objective", "offline_po",
         "--model", str(model), "--samples", str(samples),
         "--output", str(out / "model"), "--checkpoint-dir", str(out / "ckpt"),
         "--loss-log", str(out / "loss.tsv"), "--max-length", "96",

@@ -62,7 +62,9 @@ def test_offline_po_trains_and_writes_a_loadable_model(scored, tiny_model_dir, t
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     rc = main(
-        _train_args(tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3")
+        _train_args(
+            tiny_model_dir, scored, tmp_path, "--objective", "offline_po", "--max-steps", "3"
+        )
     )
     assert rc == 0
     out = tmp_path / "model"
@@ -85,14 +87,14 @@ def test_offline_po_trains_and_writes_a_loadable_model(scored, tiny_model_dir, t
     assert all(float(r["pad_frac"]) <= 0.5 for r in rows)
     assert not list((tmp_path / "ckpt").glob("checkpoint-*"))  # cleaned after success
     info = json.loads((out / "spag_training.json").read_text())
-    assert info["method"] == "offline_po" and info["global_step"] == 3
+    assert info["objective"] == "offline_po" and info["global_step"] == 3
 
 
 def test_sft_kl_one_step_with_explicit_reference(scored, tiny_model_dir, tmp_path):
     rc = main(
         _train_args(
-            tiny_model_dir, scored, tmp_path, "--method", "sft_kl", "--max-steps", "1",
-            "--ref-model", str(tiny_model_dir), "--no-group-by-length", "--gradient-checkpointing",
+            tiny_model_dir, scored, tmp_path, "--objective", "sft_kl", "--max-steps", "1",
+            "--ref-model", str(tiny_model_dir), "--no-group-by-length", "--activation-checkpointing",
         )
     )  # fmt: skip
     assert rc == 0
@@ -110,7 +112,7 @@ def test_scores_under_another_model_are_refused(scored, tiny_model_dir, tmp_path
     weights = load_file(other / "model.safetensors")
     weights = {k: v + 0.01 * torch.ones_like(v) for k, v in weights.items()}
     save_file(weights, other / "model.safetensors", metadata={"format": "pt"})
-    rc = main(_train_args(other, scored, tmp_path, "--method", "offline_po", "--max-steps", "1"))
+    rc = main(_train_args(other, scored, tmp_path, "--objective", "offline_po", "--max-steps", "1"))
     assert rc == 2
     assert "computed under another model" in capsys.readouterr().err
     assert not (tmp_path / "model").exists()
@@ -118,9 +120,9 @@ def test_scores_under_another_model_are_refused(scored, tiny_model_dir, tmp_path
 
 def test_bad_inputs_give_clear_errors(scored, tiny_model_dir, tmp_path, capsys):
     unscored = write_samples(tmp_path / "unscored.parquet", sample_rows(4))
-    assert main(_train_args(tiny_model_dir, unscored, tmp_path, "--method", "sft_kl")) == 2
+    assert main(_train_args(tiny_model_dir, unscored, tmp_path, "--objective", "sft_kl")) == 2
     assert "missing column 'ref_logprob'" in capsys.readouterr().err
-    args = _train_args(tiny_model_dir, scored, tmp_path, "--method", "sft_kl")
+    args = _train_args(tiny_model_dir, scored, tmp_path, "--objective", "sft_kl")
     args[args.index("--max-length") + 1] = "64"
     assert main(args) == 2
     assert "max_length 96, training uses 64" in capsys.readouterr().err
@@ -221,7 +223,7 @@ def test_side_columns_stay_float32_under_a_bf16_engine(tiny_model_dir, tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     features, _ = build_features(read_parquet(scored), tokenizer, MAX_LENGTH, scored, with_ref=True)
     args = SpagTrainingArguments(
-        output_dir=str(tmp_path / "o"), use_cpu=True, report_to="none", method="offline_po",
+        output_dir=str(tmp_path / "o"), use_cpu=True, report_to="none", objective="offline_po",
         kl_coeff=0.2, sft_coeff=0.5, clip_eps=0.2, group_by_length=True,
     )  # fmt: skip
     trainer = SpagTrainer(model=model, args=args)
@@ -255,7 +257,7 @@ def test_a_diverging_run_stops_with_its_step_before_a_checkpoint(
     """A learning rate that blows the weights up: the next step's gradient norm is not
     finite; training stops there with exit code 1, and no checkpoint holds that step."""
     args = _train_args(
-        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "6",
+        tiny_model_dir, scored, tmp_path, "--objective", "offline_po", "--max-steps", "6",
         "--learning-rate", "1e30", "--save-steps", "1", "--keep-checkpoints",
     )  # fmt: skip
     assert main(args) == 1
@@ -278,7 +280,7 @@ def test_training_logs_to_tensorboard_under_the_stage_name(scored, tiny_model_di
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     args = _train_args(
-        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3",
+        tiny_model_dir, scored, tmp_path, "--objective", "offline_po", "--max-steps", "3",
         "--report-to", "tensorboard", "--tracking-dir", str(tmp_path / "tracking"),
         "--project", "proj", "--run-name", "run-1234abcd", "--stage", "epoch2",
     )  # fmt: skip
@@ -316,7 +318,7 @@ def test_every_tracker_holds_the_training_loss(scored, tiny_model_dir, tmp_path)
     project's own terms, under the stage's name in the run's project (and W&B group)."""
     tracking = tmp_path / "tracking"
     args = _train_args(
-        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3",
+        tiny_model_dir, scored, tmp_path, "--objective", "offline_po", "--max-steps", "3",
         "--report-to", "wandb,mlflow,trackio", "--tracking-dir", str(tracking),
         "--project", "proj", "--run-name", "run-1234abcd", "--stage", "epoch2",
     )  # fmt: skip
@@ -360,7 +362,7 @@ def test_a_failing_tracker_leaves_training_going(scored, tiny_model_dir, tmp_pat
 
     tracking = tmp_path / "tracking"
     args = _train_args(
-        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "3",
+        tiny_model_dir, scored, tmp_path, "--objective", "offline_po", "--max-steps", "3",
         "--report-to", "wandb,tensorboard", "--tracking-dir", str(tracking),
         "--run-name", "run", "--stage", "epoch1",
     )  # fmt: skip
@@ -379,7 +381,7 @@ def test_a_failing_tracker_leaves_training_going(scored, tiny_model_dir, tmp_pat
 
 def test_an_unknown_tracker_is_refused_naming_the_flag(scored, tiny_model_dir, tmp_path, capsys):
     args = _train_args(
-        tiny_model_dir, scored, tmp_path, "--method", "offline_po", "--max-steps", "1",
+        tiny_model_dir, scored, tmp_path, "--objective", "offline_po", "--max-steps", "1",
         "--report-to", "tensorboard,comet",
     )  # fmt: skip
     assert main(args) == 2

@@ -12,7 +12,7 @@ from spag.commands import score_ref
 from spag.config import load_schema, validate_config
 from spag.errors import SpagInputError
 from spag.ops.device import family_device
-from spag.settings import add_arguments, cli_flags, from_arguments
+from spag.settings import add_arguments, from_arguments, step_flags
 from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, paper_defaults
 from spag.training.settings import (
     ScoreRefConfig,
@@ -26,7 +26,7 @@ from spag.training.settings import (
 
 # The per-stage config keys (imitation.*, spag.*), in declaration order.
 STAGE_KEYS = [f.name for f in dataclasses.fields(StageSettings)]
-REQUIRED = ["--method", "sft_kl", "--model", "m", "--samples", "s.parquet", "--output", "o"]
+REQUIRED = ["--objective", "sft_kl", "--model", "m", "--samples", "s.parquet", "--output", "o"]
 REQUIRED += ["--checkpoint-dir", "c", "--loss-log", "l.tsv"]
 
 
@@ -38,7 +38,7 @@ def _parse(argv: list[str]) -> TrainConfig:
 
 def _cli_args(options: dict) -> list[str]:
     # As the rules render them (rules/resources.smk).
-    return shlex.split(cli_flags(**options))
+    return shlex.split(step_flags(TrainConfig, **options))
 
 
 def test_schema_lists_the_stage_settings_with_the_same_defaults():
@@ -56,7 +56,7 @@ def test_cli_defaults_are_the_dataclass_defaults():
             assert getattr(parsed, f.name) == f.default, f.name
     # Unset, the learning rate and KL coefficient are the method's.
     for method, defaults in ((m, paper_defaults(m)) for m in OBJECTIVES):
-        parsed = _parse([*REQUIRED, "--method", method])
+        parsed = _parse([*REQUIRED, "--objective", method])
         for key, value in defaults.items():
             assert getattr(parsed, key) == value, (method, key)
     assert _parse([*REQUIRED, "--kl-coeff", "0.3"]).kl_coeff == 0.3
@@ -66,8 +66,8 @@ def test_cli_defaults_are_the_dataclass_defaults():
     "argv, message",
     [
         (["--warmup-ratio", "1.0"], "--warmup-ratio must be in"),
-        (["--per-device-batch-size", "0"], "--per-device-batch-size must be positive"),
-        (["--save-steps", "0"], "--save-steps must be positive"),
+        (["--per-device-batch-size", "0"], "--per-device-batch-size must be >= 1"),
+        (["--save-steps", "0"], "--save-steps must be >= 1"),
     ],
 )
 def test_invalid_settings_are_refused_when_parsed(argv, message):
@@ -175,7 +175,8 @@ def test_score_flags_round_trip_through_the_cli(stage, changed):
         "trust_remote_code": config["base_model"]["trust_remote_code"],
         "device": family_device(config, "score"),
     }
-    argv = shlex.split(cli_flags(**options)) + ["--model", "m", "--samples", "s", "--output", "o"]
+    argv = shlex.split(step_flags(ScoreRefConfig, **options))
+    argv += ["--model", "m", "--samples", "s", "--output", "o"]
     parsed = _parse_score(argv)
     assert parsed.batch_size == config["scoring"]["batch_size"]
     assert parsed.dtype == config["scoring"]["dtype"]

@@ -139,7 +139,7 @@ def trained_dir(tiny_model_dir, tmp_path_factory) -> Path:
     rc = main([
         "train", "--model", str(tiny_model_dir), "--samples", str(scored),
         "--output", str(d / "model"), "--checkpoint-dir", str(d / "ckpt"),
-        "--loss-log", str(d / "loss.tsv"), "--max-length", "64", "--method", "offline_po",
+        "--loss-log", str(d / "loss.tsv"), "--max-length", "64", "--objective", "offline_po",
         "--per-device-batch-size", "2", "--gradient-accumulation-steps", "1",
         "--learning-rate", "1e-3", "--max-steps", "2",
     ])  # fmt: skip

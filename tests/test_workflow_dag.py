@@ -339,7 +339,7 @@ def test_multi_node_training_launches_srun_torchrun(workdir):
     train = next(
         line
         for line in res.stdout.splitlines()
-        if "spag train" in line and "--method sft_kl" in line
+        if "spag train" in line and "--objective sft_kl" in line
     )
     assert "srun --nodes 2" in train and "--nproc_per_node 4" in train
     assert "--rdzv_backend c10d" in train

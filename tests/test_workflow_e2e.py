@@ -5,6 +5,7 @@ with nothing else redone, the plan after a removed intermediate file, the contro
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 
 import pyarrow.parquet as pq
@@ -155,3 +156,23 @@ def _planned_outputs(dry_run_stdout: str) -> str:
 def csv_rows(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f, delimiter="\t"))
+
+
+def test_a_lora_epoch_on_a_copy_of_the_run(tiny_run, tmp_path):
+    """The SPAG stage with an adapter: M1's training and what reads M1 are redone, nothing
+    before it; M1 is a full model folder (the adapter merged, and kept in adapter/) that
+    every later step reads as after full fine-tuning."""
+    wd = copy_run(tiny_run, tmp_path / "run")
+    res = snakemake(wd, "spag_epoch1", config={"spag": {"peft": {"r": 4, "lora_alpha": 8}}})
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res.stdout + res.stderr)
+    assert counts["train_spag"] == 1 and counts["eval_play"] == 1, counts
+    for before in ("selfplay", "assign_rewards", "score_ref", "train_imitation"):
+        assert before not in counts, counts
+    model = wd / "results/epoch1/model"
+    assert (model / "model.safetensors").is_file()
+    assert (model / "adapter" / "adapter_model.safetensors").is_file()
+    info = json.loads((model / "spag_training.json").read_text())
+    assert info["peft"]["r"] == 4 and info["peft"]["lora_alpha"] == 8
+    (summary,) = csv_rows(wd / "results/epoch1/summary.tsv")
+    assert summary["epoch"] == "1"

@@ -1,7 +1,10 @@
 """Validation of the pipeline configuration against its JSON schema, with defaults.
 
-The schema (``spag/schemas/config.schema.yaml``) is the one place that lists every
-key; errors name the key path (``selfplay.num_shards``) so a typo fails before any job.
+The schema (``spag/schemas/config.schema.yaml``) lists every key; a section that a
+step's settings dataclass declares is named there by its class (``x-section``) and its
+keys, types, bounds, defaults and help come from that class
+(:func:`spag.settings.section_schema`). Errors name the key path
+(``selfplay.num_shards``) so a typo fails before any job.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
+from spag.settings import load_section_class, section_schema
 from spag.training.objectives import (
     OBJECTIVES,
     STAGE_OBJECTIVE,
@@ -30,36 +34,30 @@ from spag.training.objectives import (
 
 
 def load_schema() -> dict[str, Any]:
-    """The config schema, its registry keys filled in (:func:`registered_names`)."""
+    """The config schema, its declared sections generated from their classes (a game,
+    reward scheme or objective registered is a value they allow)."""
     text = resources.files("spag").joinpath("schemas/config.schema.yaml").read_text()
     schema = yaml.safe_load(text)
-    _fill_registries(schema, registered_names())
+    _fill_sections(schema)
     return schema
 
 
-def registered_names() -> dict[str, list[str]]:
-    """The names each registry holds. A schema key marked ``x-registry: <name>`` allows
-    exactly these (its ``enum``): registering a game, a reward scheme or an objective is
-    all it takes for the config, the plan-time check and docs/config.md to know it."""
-    from spag.game.base import GAMES
-    from spag.game.rewards import REWARD_SCHEMES
-
-    return {
-        "games": list(GAMES),
-        "reward_schemes": list(REWARD_SCHEMES),
-        "objectives": list(OBJECTIVES),
-    }
-
-
-def _fill_registries(node: Any, names: dict[str, list[str]]) -> None:
-    if isinstance(node, dict):
-        if "x-registry" in node:
-            node["enum"] = names[node.pop("x-registry")]
-        for value in node.values():
-            _fill_registries(value, names)
-    elif isinstance(node, list):
+def _fill_sections(node: Any) -> None:
+    """Each ``x-section: module:Class`` node as the section the class declares; the
+    node's own keys (a description, subsections under ``properties``) kept after."""
+    if isinstance(node, list):
         for value in node:
-            _fill_registries(value, names)
+            _fill_sections(value)
+        return
+    if not isinstance(node, dict):
+        return
+    if "x-section" in node:
+        declared = section_schema(load_section_class(node.pop("x-section")))
+        own = node.pop("properties", {})
+        node.update({**declared, **node})
+        node["properties"] = {**declared["properties"], **own}
+    for value in node.values():
+        _fill_sections(value)
 
 
 def read_config_files(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -87,6 +85,24 @@ def _merge(base: dict[str, Any], layer: dict[str, Any]) -> None:
             _merge(base[key], value)
         else:
             base[key] = copy.deepcopy(value)
+
+
+# Keys renamed to the one name their step and the code use: the old name is refused at
+# plan time naming the new one.
+RENAMED = {
+    ("rewards", "decay"): "rewards.decay_weight",
+    ("imitation", "gradient_checkpointing"): "imitation.activation_checkpointing",
+    ("spag", "gradient_checkpointing"): "spag.activation_checkpointing",
+}
+
+
+def _refuse_renamed(config: dict[str, Any], source: str) -> None:
+    for (section, key), new in RENAMED.items():
+        if isinstance(config.get(section), dict) and key in config[section]:
+            raise SpagInputError(
+                f"{source}: key '{section}.{key}' is now '{new}' (the same setting, under the "
+                "name its step's flag and the code use)"
+            )
 
 
 def _with_defaults(validator_class):
@@ -178,6 +194,7 @@ def validate_config(
     Raises :class:`SpagInputError` listing every wrong or unknown key by its path.
     """
     given = copy.deepcopy(config if given is None else given)
+    _refuse_renamed(config, source)
     schema = load_schema()
     _coerce_strings(config, schema, schema)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.path))
@@ -204,6 +221,7 @@ def validate_config(
         for key, value in paper_defaults(config[stage]["objective"]).items():
             config[stage].setdefault(key, value)
     _game_defaults(config, given, source, schema)
+    _refuse_unused_coefficients(config, given, source)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
@@ -394,6 +412,20 @@ def num_secrets(config: dict[str, Any], split: str) -> int:
     ``words.num_train`` / ``words.num_test``."""
     deals = load_game_deals(config)
     return len(deals) if deals is not None else config["words"][f"num_{split}"]
+
+
+def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], source: str) -> None:
+    """A coefficient the stage's objective has not (``clip_eps`` for ``sft_kl``) would be
+    accepted and ignored: refused where the user set it."""
+    every = {key for name in OBJECTIVES for key in coefficients(name)}
+    for stage in STAGE_OBJECTIVE:
+        objective = config[stage]["objective"]
+        unused = sorted((every - set(coefficients(objective))) & set(given.get(stage) or {}))
+        if unused:
+            raise SpagInputError(
+                f"{source}: key '{stage}.{unused[0]}' means nothing for '{stage}.objective' "
+                f"{objective}, whose coefficients are {', '.join(coefficients(objective))}"
+            )
 
 
 def _check_cross_keys(config: dict[str, Any], source: str) -> None:

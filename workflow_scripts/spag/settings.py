@@ -6,18 +6,26 @@ text each). From that one declaration come
 
 - the step's command-line flags, their defaults and help (:func:`add_arguments`),
 - the settings object of a parsed command line (:func:`from_arguments`),
-- the rule's flags from the validated config (:func:`config_options`), and
-- the check that the schema's defaults are the dataclass's: a dataclass that mirrors
-  a config section is registered with :func:`section` (``@section("selfplay")``), and
-  ``tests/test_settings.py`` compares every registered section with the schema.
+- the rule's flags from the validated config (:func:`config_options`), those at the
+  step's default left out (:func:`step_flags`),
+- the range checks of a constructed object (:func:`check_bounds`), and
+- the config schema's properties of the section a dataclass declares
+  (:func:`section_schema`): the schema names the class (``x-section:
+  spag.generation.settings:SelfplaySettings``) and lists no key of its own there, so the
+  plan-time checks and ``docs/config.md`` read the same declaration.
 
-A field's metadata may carry ``choices`` (argparse choices), ``env`` (the default
+A field's metadata may carry ``choices`` (argparse choices; a registry's dict for
+its names, read when the schema is made), ``env`` (the default
 is read from this environment variable when set), ``key`` (the config key when
 it differs from the field's name, as a tuple of keys from the config's root),
 ``flag`` (the flag's name when it differs from the field's, ``decay_weight`` for
 ``--decay-weight``) and ``type`` (what parses the flag's text when the field's type
-does not, e.g. a count or a fraction). Training's settings add ``arg``: the
-``TrainingArguments`` field a setting fills when the names differ
+does not, e.g. a count or a fraction). Bounds are ``ge``, ``gt``, ``le`` and ``lt``
+(checked on the command line and at plan time); ``schema`` adds JSON Schema keywords the
+type does not give (``minLength``, an array's ``items``); ``filled`` marks a setting
+whose None the code fills (by the objective): the config gives a value or leaves the key
+out, and the schema has no default for it. Training's settings add
+``arg``: the ``TrainingArguments`` field a setting fills when the names differ
 (``spag.training.arguments``).
 """
 
@@ -25,42 +33,64 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import operator
 import os
 import shlex
 import types
 import typing
 from typing import Any
 
+from spag.errors import SpagInputError
+
 __all__ = [
+    "Checked",
     "add_arguments",
+    "check_bounds",
     "cli_flags",
     "config_options",
+    "declared_as",
     "field_type",
     "from_arguments",
+    "load_section_class",
     "opt",
     "req",
-    "section",
+    "section_schema",
     "setting_names",
+    "step_flags",
 ]
 
-# Config section (keys from the root) -> the dataclass that declares its settings.
-SECTIONS: dict[tuple[str, ...], type] = {}
-
-
-def section(*path: str):
-    """Register a dataclass as the declaration of the config section at ``path``."""
-
-    def register(cls: type) -> type:
-        cls.schema_section = path
-        SECTIONS[path] = cls
-        return cls
-
-    return register
+# A bound's metadata key -> how it reads, how it compares, its JSON Schema keyword.
+BOUNDS = {
+    "ge": (">=", operator.ge, "minimum"),
+    "gt": (">", operator.gt, "exclusiveMinimum"),
+    "le": ("<=", operator.le, "maximum"),
+    "lt": ("<", operator.lt, "exclusiveMaximum"),
+}
 
 
 def opt(default: Any, help: str, **meta: Any) -> Any:
     """A setting with a default (its one declaration)."""
     return dataclasses.field(default=default, metadata={"help": help, **meta})
+
+
+class Checked:
+    """Base of a settings dataclass: its numbers' bounds checked when it is made."""
+
+    def __post_init__(self) -> None:
+        check_bounds(self)
+
+
+def declared_as(cls: type, name: str, **changes: Any) -> Any:
+    """A step's field for the setting ``cls`` declares as ``name``: its default, help and
+    bounds, with ``changes`` (``default``, ``help``, other metadata) where the step's
+    flag differs (a default the step decides without the config, its own help)."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    meta = {**f.metadata, **{k: v for k, v in changes.items() if k != "default"}}
+    default = changes.get("default", f.default)
+    if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
 
 
 def req(help: str, **meta: Any) -> Any:
@@ -83,6 +113,101 @@ def field_type(cls: type, f: dataclasses.Field) -> type:
 
 def _is_list(kind: Any) -> bool:
     return typing.get_origin(kind) in (list, tuple)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return "--" + _flag_name(f).replace("_", "-")
+
+
+def check_bounds(obj: Any) -> None:
+    """Each number of ``obj`` within its field's bounds, else a :class:`SpagInputError`
+    naming the flag (``--top-p must be in (0, 1], got 0``); None means unset."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        bounds = {k: f.metadata[k] for k in BOUNDS if k in f.metadata}
+        if not bounds or value is None or isinstance(value, (bool, str)):
+            continue
+        if all(BOUNDS[k][1](value, bound) for k, bound in bounds.items()):
+            continue
+        raise SpagInputError(f"{_flag(f)} must be {_range_text(bounds)}, got {value}")
+
+
+def _range_text(bounds: dict[str, Any]) -> str:
+    low = [k for k in ("ge", "gt") if k in bounds]
+    high = [k for k in ("le", "lt") if k in bounds]
+    if low and high:
+        lo, hi = low[0], high[0]
+        return (
+            f"in {'[' if lo == 'ge' else '('}{bounds[lo]:g}, {bounds[hi]:g}"
+            f"{']' if hi == 'le' else ')'}"
+        )
+    return " and ".join(f"{BOUNDS[k][0]} {bounds[k]:g}" for k in bounds)
+
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
+def _json_types(hint: Any) -> list[str]:
+    if typing.get_origin(hint) in (list, tuple):
+        return ["array"]
+    if dataclasses.is_dataclass(hint):
+        return ["object"]
+    return [_JSON_TYPES[hint]]
+
+
+def field_schema(cls: type, f: dataclasses.Field) -> dict[str, Any]:
+    """The JSON Schema of one setting: type (or ``enum`` from ``choices``), bounds,
+    ``schema`` keywords, default and description, all from its declaration."""
+    hint = typing.get_type_hints(cls)[f.name]
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    nullable = union and type(None) in typing.get_args(hint) and "filled" not in f.metadata
+    node: dict[str, Any] = {}
+    if f.metadata.get("choices"):
+        node["enum"] = [*f.metadata["choices"], *([None] if nullable else [])]
+    else:
+        names = [t for kind in kinds for t in _json_types(kind)] + (["null"] if nullable else [])
+        node["type"] = names[0] if len(names) == 1 else names
+        if names[0] == "array":
+            node["items"] = {"type": _json_types(typing.get_args(kinds[0])[0])[0]}
+        elif names[0] == "object":
+            # A group of settings declared by its own dataclass (a mapping in the config).
+            declared = section_schema(kinds[0])
+            node.update(additionalProperties=False, properties=declared["properties"])
+    for key, (_, _, keyword) in BOUNDS.items():
+        if key in f.metadata:
+            node[keyword] = f.metadata[key]
+    node.update(f.metadata.get("schema", {}))
+    default = _default(f)
+    if "filled" not in f.metadata:
+        node["default"] = list(default) if isinstance(default, tuple) else default
+    node["description"] = f.metadata["help"]
+    return node
+
+
+def section_schema(cls: type) -> dict[str, Any]:
+    """The config section ``cls`` declares, as JSON Schema (fields with ``key`` belong to
+    other sections)."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "default": {},
+        "properties": {
+            f.name: field_schema(cls, f) for f in dataclasses.fields(cls) if "key" not in f.metadata
+        },
+    }
+
+
+def load_section_class(ref: str) -> type:
+    """The class a schema's ``x-section: module:Class`` names."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def add_arguments(
@@ -119,7 +244,13 @@ def add_arguments(
         extra: dict[str, Any] = dict(parser_dest)
         if parser_dest:
             extra["metavar"] = _flag_name(f).upper()
-        if _is_list(kind):
+        if dataclasses.is_dataclass(kind):
+            # A group of settings: KEY=VALUE words, made into ``kind`` by from_arguments.
+            fields = ", ".join(g.name for g in dataclasses.fields(kind))
+            help_text += f" (KEY=VALUE words, KEY one of {fields}; lists comma-separated)"
+            extra.update(nargs="+", metavar="KEY=VALUE")
+            kind = str
+        elif _is_list(kind):
             extra["nargs"] = "+"
             kind = typing.get_args(kind)[0]
         kind = f.metadata.get("type", kind)
@@ -149,6 +280,33 @@ def from_arguments(cls: type, args: argparse.Namespace, **given: Any) -> Any:
         for f in dataclasses.fields(cls)
         if f.init and (f.name in given or hasattr(args, f.name))
     }
+    for f in dataclasses.fields(cls):
+        kind = field_type(cls, f)
+        if dataclasses.is_dataclass(kind) and isinstance(values.get(f.name), list):
+            values[f.name] = _from_words(kind, values[f.name], _flag(f))
+    return cls(**values)
+
+
+def _from_words(cls: type, words: list[str], flag: str) -> Any:
+    """A group of settings from ``KEY=VALUE`` words (what :func:`cli_flags` writes)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values: dict[str, Any] = {}
+    for word in words:
+        key, sep, text = word.partition("=")
+        if not sep or key not in fields:
+            raise SpagInputError(
+                f"{flag}: {word!r} is not KEY=VALUE with KEY one of {', '.join(fields)}"
+            )
+        kind = field_type(cls, fields[key])
+        try:
+            if _is_list(kind):
+                values[key] = tuple(t for t in text.split(",") if t)
+            elif kind is bool:
+                values[key] = {"true": True, "false": False}[text.lower()]
+            else:
+                values[key] = kind(text)
+        except (KeyError, ValueError):
+            raise SpagInputError(f"{flag}: {key}={text!r} is not a {kind.__name__}") from None
     return cls(**values)
 
 
@@ -187,11 +345,37 @@ def config_options(
     return options
 
 
+def step_flags(cls: type, **options: Any) -> str:
+    """A rule's command line part for the step whose settings ``cls`` declares: each
+    option at the step's own default is left out (the step then runs with that same
+    value), so that a knob added at its default leaves every existing job's command
+    line, and so Snakemake's params trigger, as it was."""
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if _required(f) or f.metadata.get("env"):
+            continue
+        name, default = _flag_name(f), _default(f)
+        defaults[name] = default
+        if field_type(cls, f) is bool and default is True:
+            defaults[f"no_{name}"] = False
+    kept = {k: v for k, v in options.items() if k not in defaults or not _same(v, defaults[k])}
+    return cli_flags(**kept)
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal as the step would hold them (2 and 2.0 alike; 1 and True not)."""
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return list(value) == list(default)
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    return value == default
+
+
 def cli_flags(**options: Any) -> str:
     """Options rendered as a shell-quoted command line part (what a rule's shell gets).
 
     ``None``, ``False`` and ``[]`` leave the flag out; ``True`` is a bare flag; a list
-    is one flag followed by its values.
+    is one flag followed by its values; a mapping one flag and its ``KEY=VALUE`` words.
     """
     parts = []
     for key, value in options.items():
@@ -202,6 +386,12 @@ def cli_flags(**options: Any) -> str:
             parts.append(flag)
         elif isinstance(value, (list, tuple)):
             parts.append(" ".join([flag, *(shlex.quote(str(v)) for v in value)]))
+        elif isinstance(value, dict):
+            # KEY=VALUE words, a list's items joined by commas: no braces, which a rule's
+            # params would take for wildcards.
+            words = [f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+                     for k, v in value.items()]  # fmt: skip
+            parts.append(" ".join([flag, *map(shlex.quote, words)]))
         else:
             parts.append(f"{flag} {shlex.quote(str(value))}")
     return " ".join(parts)

@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     sft = read_parquet(job.sft_data, what="SFT data") if job.sft_data else None
     samples = assign_rewards(
         episodes,
-        decay=job.decay,
+        decay_weight=job.decay_weight,
         scheme=job.scheme,
         seed=job.seed,
         prompts=prompts,

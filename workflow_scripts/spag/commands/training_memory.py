@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             per_device_batch_size=s["per_device_batch_size"],
             max_length=s["max_length"],
             bf16=s["bf16"],
-            gradient_checkpointing=s["gradient_checkpointing"],
+            activation_checkpointing=s["activation_checkpointing"],
             zero=zero,
             gpus=gpus,
             nodes=nodes,
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{stage}: {s['per_device_batch_size']} samples of {s['max_length']} tokens per "
             f"GPU, {gpus} GPU(s) on {nodes} node(s), deepspeed {s['deepspeed'] or 'none'}, "
-            f"bf16 {s['bf16']}, gradient checkpointing {s['gradient_checkpointing']}"
+            f"bf16 {s['bf16']}, activation checkpointing {s['activation_checkpointing']}"
         )
         estimates = {
             "full fine-tuning": training_memory(model, **common),

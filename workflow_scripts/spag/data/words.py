@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.settings import config_options, opt, section
+from spag.settings import Checked, config_options, opt
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,8 @@ WORD_RE = re.compile(r"[a-z]+")
 SHELL_METACHARACTERS = set("|&;<>()$`\\\"'*?[]#~=%!{}")
 
 
-@section("words")
 @dataclass(frozen=True, kw_only=True)
-class WordsSettings:
+class WordsSettings(Checked):
     """Where the target words come from and how many (config ``words``)."""
 
     source: str = opt(
@@ -43,10 +42,10 @@ class WordsSettings:
         "stripped, lower-cased, blank lines and repeats dropped, anything but letters a-z "
         "refused; stop words and length bounds are not applied to a FILE",
     )
-    num_train: int = opt(48, "number of training words")
-    num_test: int = opt(16, "number of held-out words")
-    min_length: int = opt(3, "wordfreq: shortest word")
-    max_length: int = opt(12, "wordfreq: longest word")
+    num_train: int = opt(48, "number of training words", ge=1)
+    num_test: int = opt(16, "number of held-out words", ge=1)
+    min_length: int = opt(3, "wordfreq: shortest word", ge=1)
+    max_length: int = opt(12, "wordfreq: longest word", ge=1)
     stopwords: str = opt(
         "data/stopwords.txt", "wordfreq: stop-word list to drop, '#' comments allowed"
     )

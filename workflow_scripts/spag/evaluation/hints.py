@@ -28,30 +28,34 @@ from spag.errors import SpagInputError
 from spag.evaluation.games import wilson_interval
 from spag.evaluation.paired import cluster_bootstrap
 from spag.generation.base import derive_seed
-from spag.settings import opt, section
+from spag.settings import Checked, opt
 
 DEFAULT_K = 20
 # The defender's inference reads these fixed dialogues: the same clues for every model.
 INFERENCE_SOURCES = ("demonstrations", "m0_games")
 
 
-@section("evaluation", "hints")
 @dataclass(frozen=True, kw_only=True)
-class HintsSettings:
+class HintsSettings(Checked):
     """Graded hints of the evaluation games (config ``evaluation.hints``)."""
 
     listener: str | None = opt(
-        "base", '"base", "imitation" (M0) or a model folder that reads the hints; null: none'
+        "base",
+        '"base", "imitation" (M0) or a model folder that reads the hints; null: no hint scores',
+        schema={"minLength": 1},
     )
     k: int | None = opt(
         None,
-        f"distractors: held-out words the secret is ranked among; None: {DEFAULT_K}, "
-        "or every other held-out word where there are fewer",
+        f"distractors (at most words.num_test - 1); null: {DEFAULT_K}, or "
+        "words.num_test - 1 where fewer",
+        ge=1,
     )
     inference_sources: tuple[str, ...] = opt(
         INFERENCE_SOURCES,
-        "the fixed dialogues every model reads as the defender: the shipped "
-        "demonstrations and M0's evaluation games",
+        "the fixed dialogues every model reads as the defender (results/eval/inference/): "
+        "the shipped demonstrations (data.imitation; 72 games, 207 attacker messages in "
+        "Taboo's) and M0's evaluation games",
+        schema={"items": {"enum": list(INFERENCE_SOURCES)}, "minItems": 1, "uniqueItems": True},
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 from spag.data.tables import atomic_path
 from spag.errors import SpagInputError
 from spag.ops import family_device
-from spag.settings import config_options, opt, section
+from spag.settings import Checked, config_options, opt
 
 log = logging.getLogger(__name__)
 
@@ -49,24 +49,32 @@ def parse_limit(value: str) -> int | float:
     return int(number) if number >= 1 and number.is_integer() else number
 
 
-@section("evaluation", "reasoning")
 @dataclass(frozen=True, kw_only=True)
-class ReasoningSettings:
+class ReasoningSettings(Checked):
     """The reasoning benchmarks every model of a run is measured on (config
     ``evaluation.reasoning``)."""
 
     tasks: tuple[str, ...] = opt(("spag_tiny_reasoning",), "lm-eval task or group names")
     include_path: str | None = opt("data/lm_eval_tasks", "folder of local lm-eval task YAML files")
-    limit: int | None = opt(
-        None, "items per task: a count, or a fraction below 1 (default: all)", type=parse_limit
+    limit: float | None = opt(
+        None,
+        "items per task: a count, or a fraction below 1; null: all",
+        gt=0,
+        type=parse_limit,
     )
-    num_fewshot: int | None = opt(None, "few-shot examples (default: each task's own)")
-    # Read as text: 'auto' and 'auto:N' are lm-eval's too (checked by the step).
-    batch_size: int | str = opt(8, "lm-eval batch size, or 'auto'", type=str)
+    num_fewshot: int | None = opt(None, "few-shot examples; null: each task's own", ge=0)
+    # Read as text: 'auto' and 'auto:N' are lm-eval's too.
+    batch_size: int | str = opt(
+        8,
+        "lm-eval batch size, or 'auto' / 'auto:N'",
+        ge=1,
+        type=str,
+        schema={"pattern": "^auto(:[1-9][0-9]*)?$"},
+    )
     dtype: str = opt(
         "auto",
-        "the same for every model: auto is bfloat16 on a GPU that has it (else "
-        "float16), float32 on CPU; never the checkpoint's own dtype",
+        "one dtype for every model (base, M0, M1...), never each checkpoint's own: auto "
+        "is bfloat16 on a GPU that has it (else float16) and float32 on CPU",
         choices=DTYPES,
     )
 

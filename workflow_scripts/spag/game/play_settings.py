@@ -17,8 +17,7 @@ from typing import Any
 from spag.errors import SpagInputError
 from spag.game.settings import GameSettings
 from spag.generation.settings import (
-    DTYPES,
-    MODEL_BACKENDS,
+    EvaluationSettings,
     Sampling,
     SamplingSettings,
     SelfplaySettings,
@@ -27,7 +26,7 @@ from spag.generation.settings import (
 from spag.models.rendering import PROMPT_FORMATS
 from spag.models.settings import ModelLoading
 from spag.ops import DEVICES, family_device
-from spag.settings import opt, req
+from spag.settings import declared_as, opt, req
 
 _PLAYER = (
     "model folder (Hugging Face checkpoint), or an OpenAI-compatible endpoint "
@@ -44,18 +43,20 @@ class PlayConfig(SamplingSettings):
     words: str = req("target words, one a line")
     output: str = req("shard Parquet file to write")
     opponent: str | None = opt(None, f"opponent {_PLAYER}: play evaluation games against it")
-    shard_index: int = opt(0, "this job's shard")
-    num_shards: int = opt(1, "number of shards")
-    backend: str = opt(
-        SelfplaySettings.backend, "generation backend of local models", choices=MODEL_BACKENDS
+    shard_index: int = opt(0, "this job's shard", ge=0)
+    num_shards: int = opt(1, "number of shards", ge=1)
+    backend: str = declared_as(
+        SelfplaySettings, "backend", help="generation backend of local models"
     )
     seed: int = opt(0, "run seed")
     epoch: int = opt(0, "epoch: part of the shard seed and of episode ids")
     game: str = opt(GameSettings.name, "the game (config game.name)")
-    max_turns: int = opt(GameSettings.max_turns, "turns per player")
-    max_length: int | None = opt(
-        None,
-        "prompt + reply token budget; longer prompts are left-truncated "
+    max_turns: int = declared_as(GameSettings, "max_turns", help="turns per player")
+    max_length: int | None = declared_as(
+        SelfplaySettings,
+        "max_length",
+        default=None,
+        help="prompt + reply token budget; longer prompts are left-truncated "
         f"(default {SelfplaySettings.max_length}, capped by the model's context)",
     )
     prompt_format: str = opt(
@@ -66,43 +67,55 @@ class PlayConfig(SamplingSettings):
     greedy: bool | None = opt(
         None, "greedy decoding (default: on with --opponent, off in self-play)"
     )
-    batch_size: int | None = opt(
-        None,
-        f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
+    batch_size: int | None = declared_as(
+        SelfplaySettings,
+        "batch_size",
+        default=None,
+        help=f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
         "vllm: max_num_seqs (default vLLM's)",
     )
     games_per_word: int = opt(
         1,
         "games per secret (target word, deal); with --opponent per secret and role "
         "(sampled evaluation games)",
+        ge=1,
     )
     prompts: str | None = opt(None, "prompts YAML (default: the shipped data/prompts.yaml)")
-    tensor_parallel_size: int = opt(1, "vllm: GPUs one engine spans")
-    batch_memory_gib: float | None = opt(
-        None,
-        "hf: memory one sub-batch may take (static KV cache and prompt pass); the "
+    tensor_parallel_size: int = declared_as(
+        SelfplaySettings, "tensor_parallel_size", default=1, help="vllm: GPUs one engine spans"
+    )
+    batch_memory_gib: float | None = declared_as(
+        SelfplaySettings,
+        "batch_memory_gib",
+        help="hf: memory one sub-batch may take (static KV cache and prompt pass); the "
         "batch is split to fit (default: 80%% of free GPU memory, or half the available "
         "memory on CPU)",
     )
-    kv_reuse_gib: float = opt(
-        SelfplaySettings.kv_reuse_gib,
-        "hf: GiB for keys/values kept between a game's turns, so that the next prompt "
+    kv_reuse_gib: float = declared_as(
+        SelfplaySettings,
+        "kv_reuse_gib",
+        help="hf: GiB for keys/values kept between a game's turns, so that the next prompt "
         "computes only its new tokens (0 turns reuse off)",
     )
-    gpu_memory_utilization: float = opt(
-        SelfplaySettings.gpu_memory_utilization,
-        "vllm: share of the GPU's total memory for the model's engine (with a local "
+    gpu_memory_utilization: float = declared_as(
+        SelfplaySettings,
+        "gpu_memory_utilization",
+        help="vllm: share of the GPU's total memory for the model's engine (with a local "
         "--opponent and no --opponent-gpu-memory-utilization, half each)",
     )
-    opponent_gpu_memory_utilization: float | None = opt(
-        None, "vllm: share of the GPU's total memory for the opponent's engine"
+    opponent_gpu_memory_utilization: float | None = declared_as(
+        EvaluationSettings,
+        "opponent_gpu_memory_utilization",
+        default=None,
+        help="vllm: share of the GPU's total memory for the opponent's engine",
     )
-    vllm_batch_invariant: bool = opt(
-        SelfplaySettings.vllm_batch_invariant,
-        "vllm: batch-invariant kernels, so that a rerun reproduces the games (slower)",
+    vllm_batch_invariant: bool = declared_as(
+        SelfplaySettings,
+        "vllm_batch_invariant",
+        help="vllm: batch-invariant kernels, so that a rerun reproduces the games (slower)",
     )
-    dtype: str = opt(
-        SelfplaySettings.dtype, "model dtype (float32 on CPU for auto)", choices=DTYPES
+    dtype: str = declared_as(
+        SelfplaySettings, "dtype", help="model dtype (float32 on CPU for auto)"
     )
     trust_remote_code: bool = opt(
         ModelLoading.trust_remote_code, "allow model code from the model folder (off by default)"
@@ -112,7 +125,7 @@ class PlayConfig(SamplingSettings):
         None, "opponent name recorded in the episodes (default: the folder name)"
     )
     threads: int | None = opt(
-        None, "torch CPU threads (default: torch's choice; set it to the job's cores)"
+        None, "torch CPU threads (default: torch's choice; set it to the job's cores)", ge=1
     )
     device: str = opt(
         ModelLoading.device,
@@ -138,25 +151,12 @@ class PlayConfig(SamplingSettings):
 
 
 def _check(c: PlayConfig) -> None:
-    if c.num_shards < 1:
-        raise SpagInputError(f"--num-shards must be at least 1, got {c.num_shards}")
-    if not 0 <= c.shard_index < c.num_shards:
+    # The fields' own bounds are checked by SamplingSettings (spag.settings.check_bounds).
+    if c.shard_index >= c.num_shards:
         raise SpagInputError(
             f"--shard-index {c.shard_index} is out of range for --num-shards {c.num_shards}"
             f" (valid: 0..{c.num_shards - 1})"
         )
-    if c.max_turns < 1:
-        raise SpagInputError(f"--max-turns must be at least 1, got {c.max_turns}")
-    if c.batch_size is not None and c.batch_size < 1:
-        raise SpagInputError(f"--batch-size must be at least 1, got {c.batch_size}")
-    if c.games_per_word < 1:
-        raise SpagInputError(f"--games-per-word must be at least 1, got {c.games_per_word}")
-    if c.batch_memory_gib is not None and c.batch_memory_gib <= 0:
-        raise SpagInputError(f"--batch-memory-gib must be positive, got {c.batch_memory_gib}")
-    if c.kv_reuse_gib < 0:
-        raise SpagInputError(f"--kv-reuse-gib must be >= 0, got {c.kv_reuse_gib}")
-    if c.threads is not None and c.threads < 1:
-        raise SpagInputError(f"--threads must be at least 1, got {c.threads}")
     if c.opponent and c.games_per_word != 1 and not c.sampling.samples:
         raise SpagInputError(
             "--games-per-word with --opponent plays sampled games: greedy ones would repeat"
@@ -253,10 +253,7 @@ def teacher_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
     options: dict[str, Any] = dict(
         model=t["model"],
         model_name="teacher",
-        max_new_tokens=t["max_new_tokens"],
-        temperature=t["temperature"],
-        top_p=t["top_p"],
-        top_k=t["top_k"],
+        **{k: t[k] for k in sampling_knobs()},
         greedy=t["temperature"] == 0,
         game=config["game"]["name"],
         max_turns=config["game"]["max_turns"],

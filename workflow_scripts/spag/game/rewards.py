@@ -23,7 +23,7 @@ from spag.data.tables import SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game.base import Game
 from spag.game.episodes import Episode, check_columns, iter_episodes
-from spag.settings import config_options, opt, section
+from spag.settings import Checked, config_options, opt
 
 # A scheme: (game, episode, outcome, n, decay) -> [(message index, reward)], the
 # messages among the first n that become samples of their author's role.
@@ -78,20 +78,30 @@ def zero_sum(
 REWARD_SCHEMES: dict[str, RewardScheme] = {"winners": winners, "zero_sum": zero_sum}
 
 
-@section("rewards")
 @dataclass(frozen=True, kw_only=True)
-class RewardsSettings:
+class RewardsSettings(Checked):
     """How self-play games are turned into rewards (config ``rewards``)."""
 
-    scheme: str = opt("winners", "reward scheme (spag.game.rewards.REWARD_SCHEMES)",
-                      choices=tuple(REWARD_SCHEMES))  # fmt: skip
-    # The design's flag name (docs/design.md section 5) predates the config key.
-    decay: float = opt(0.8, "reward decay", flag="decay_weight")
+    scheme: str = opt(
+        "winners",
+        "reward scheme: a name registered in spag/game/rewards.py REWARD_SCHEMES; winners "
+        "is the paper's, the winner's messages of decisive games",
+        choices=REWARD_SCHEMES,
+    )
+    decay_weight: float = opt(
+        0.8,
+        "the decay of section 3: a message k turns before the end gets (1/decay_weight)^k "
+        "before the rewards are normalised",
+        gt=0,
+    )
     control: bool = opt(
         False,
-        "control arm: game samples keep their rows but weigh 0, so the SPAG step trains "
-        "the rest of its objective alone (offline_po: the SFT term) with the batches, "
-        "steps and seeds SPAG's step would have on these games",
+        "control arm: the game samples weigh 0, so the SPAG step trains the rest of its "
+        "objective alone (offline_po: the SFT term; its KL penalty acts only on game "
+        "samples) with the same instruction rows and seeds (epoch 1: the same games, "
+        "batches and steps; later epochs play the control's own models); run it in its "
+        "own folder (snakemake --directory) beside the SPAG run and compare them with "
+        "spag compare-arms",
     )
 
 
@@ -188,7 +198,7 @@ def _game_rows(
 def assign_rewards(
     episodes_table: pa.Table,
     *,
-    decay: float,
+    decay_weight: float,
     seed: int,
     scheme: str = RewardsSettings.scheme,
     prompts: Any = None,
@@ -206,8 +216,8 @@ def assign_rewards(
     weighs 0: the table, hence the trainer's batches and steps, is the one SPAG would
     train on, but nothing is learned from the games.
     """
-    if not decay > 0:
-        raise SpagInputError(f"decay weight must be positive, got {decay}")
+    if not decay_weight > 0:
+        raise SpagInputError(f"decay weight must be positive, got {decay_weight}")
     if scheme not in REWARD_SCHEMES:
         raise SpagInputError(
             f"rewards.scheme: unknown scheme {scheme!r} (known: {', '.join(REWARD_SCHEMES)})"
@@ -219,7 +229,14 @@ def assign_rewards(
     rand = random.Random(seed).random
     episodes = iter_episodes(table, source, game=game)
     sampled, _ = _game_rows(
-        game, episodes, prompts, rand, REWARD_SCHEMES[scheme], lambda r: 0.0, samples, decay
+        game,
+        episodes,
+        prompts,
+        rand,
+        REWARD_SCHEMES[scheme],
+        lambda r: 0.0,
+        samples,
+        decay_weight,
     )
     # The role weights need every game's samples: set once they are all in.
     weights = role_weights(sampled, game)

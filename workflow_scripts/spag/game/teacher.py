@@ -16,9 +16,53 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
+from spag.generation.settings import SamplingSettings
+from spag.settings import declared_as, opt
 
 # `data.imitation` names this to take its demonstrations from teacher games.
 TEACHER = "teacher"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeacherSettings(SamplingSettings):
+    """Teacher games (config ``data.teacher``): who plays them, how many, the cost guard,
+    and how the teacher samples (every sampling knob, with defaults of its own)."""
+
+    model: str | None = opt(
+        None,
+        'an OpenAI-compatible endpoint "openai:http://host:8000/v1?model=NAME" (&api=chat '
+        "for /v1/chat/completions; timeout, retries, workers, key_env, top_k=off) or a "
+        "local model folder (played with selfplay.backend)",
+        schema={"minLength": 1},
+    )
+    partner: str | None = opt(
+        None,
+        "null: the teacher plays both roles; else the other player (endpoint or folder): "
+        "per word, one game with the teacher attacking and one with it defending",
+        schema={"minLength": 1},
+    )
+    words: str = opt(
+        "train",
+        '"train": the run\'s train target words; else a word-list file (one word a line)',
+    )
+    num_shards: int = opt(
+        2, "one job per shard of the words; a failed shard is rerun alone", ge=1, le=1000
+    )
+    games_per_word: int = opt(1, "games per word when the teacher plays both roles", ge=1)
+    temperature: float = declared_as(SamplingSettings, "temperature", default=1.0)
+    top_k: int = declared_as(
+        SamplingSettings,
+        "top_k",
+        default=0,
+        help="sample from the k most likely tokens; 0: no limit (endpoints that refuse "
+        "top_k: add &top_k=off to the spec)",
+    )
+    max_requests: int = opt(
+        20000,
+        "cost guard: the run refuses to start when the teacher games could send more "
+        "requests than this (games x turns the teacher speaks)",
+        ge=1,
+    )
 
 
 @dataclass(frozen=True)

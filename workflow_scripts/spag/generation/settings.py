@@ -1,9 +1,8 @@
 """Generation settings, declared once: how a reply is sampled (:class:`SamplingSettings`,
 :class:`Sampling`) and the config sections of the games' engines, ``selfplay`` and
-``evaluation``.
-
-The defaults here are the schema's (``tests/test_settings.py`` checks it); ``spag play``'s
-flags (``spag.game.play_settings.PlayConfig``) and the backends refer to them.
+``evaluation`` (the schema's properties of both are generated from these classes);
+``spag play``'s flags (``spag.game.play_settings.PlayConfig``) and the backends refer
+to them.
 """
 
 from __future__ import annotations
@@ -12,48 +11,44 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from spag.errors import SpagInputError
-from spag.settings import opt, section
+from spag.settings import Checked, opt
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 # Backends that play a local model folder (``openai`` takes an endpoint spec instead).
 MODEL_BACKENDS = ("hf", "vllm")
+# vLLM's and the hf backend's share of a GPU's memory: a fraction of its total.
+SHARE = {"gt": 0, "le": 1}
 
 
 @dataclass(frozen=True, kw_only=True)
-class SamplingSettings:
+class SamplingSettings(Checked):
     """How replies are drawn, as a run sets it: config ``selfplay`` and ``spag play``'s
     flags inherit these fields, every generate call gets them in :class:`Sampling`.
 
-    A knob added here is a ``spag play`` flag and a rule flag of self-play at once, and
-    reaches vLLM's ``SamplingParams`` and an endpoint's request under its own name
-    (:meth:`Sampling.engine_params`; metadata ``engine``: another name there, ``greedy``:
-    its value in greedy decoding). Add it to the schema's ``selfplay`` section, check its
-    range in :meth:`__post_init__`, and apply it in the ``hf`` backend's decoding loop
-    (``HFBackend._pick``).
+    A knob added here is a config key of ``selfplay``, a ``spag play`` flag and a rule
+    flag of self-play at once, with its bounds checked at plan time and on the command
+    line, and reaches vLLM's ``SamplingParams`` and an endpoint's request under its own
+    name (:meth:`Sampling.engine_params`; metadata ``engine``: another name there,
+    ``greedy``: its value in greedy decoding). Apply it in the ``hf`` backend's decoding
+    loop (``HFBackend._pick``).
     """
 
-    max_new_tokens: int = opt(256, "tokens per reply at most", engine="max_tokens")
-    temperature: float = opt(1.2, "sampling temperature", greedy=0.0)
+    max_new_tokens: int = opt(256, "tokens per reply at most", ge=1, engine="max_tokens")
+    temperature: float = opt(1.2, "sampling temperature; 0: greedy", ge=0, greedy=0.0)
     top_k: int = opt(
         50,
-        "sample from the k most likely tokens; 0: no limit (the research code kept "
-        "transformers' default 50)",
+        "sample from the k most likely tokens (the research code kept transformers' "
+        "default 50); 0: no limit",
+        ge=0,
         greedy=0,
     )
     top_p: float = opt(
-        1.0, "nucleus sampling: the smallest set of tokens with this mass", greedy=1.0
+        1.0,
+        "nucleus sampling: the smallest set of tokens with this mass",
+        gt=0,
+        le=1,
+        greedy=1.0,
     )
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise SpagInputError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise SpagInputError(f"--temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise SpagInputError(f"--top-k must be >= 0 (0: no limit), got {self.top_k}")
-        if not 0 < self.top_p <= 1:
-            raise SpagInputError(f"--top-p must be in (0, 1], got {self.top_p}")
 
 
 def sampling_knobs() -> tuple[str, ...]:
@@ -88,7 +83,6 @@ class Sampling(SamplingSettings):
         return params
 
 
-@section("selfplay")
 @dataclass(frozen=True, kw_only=True)
 class SelfplaySettings(SamplingSettings):
     """Self-play games of an epoch (config ``selfplay``): the shards, the engine and the
@@ -98,57 +92,91 @@ class SelfplaySettings(SamplingSettings):
         3,
         "one job per shard of the train words (at most words.num_train; shard files are "
         "numbered 000-999)",
+        ge=1,
+        le=1000,
     )
     games_per_secret: int = opt(
-        1, "games per secret (target word, deal) per epoch; Kuhn Poker needs many hands"
+        1,
+        "games per secret per epoch: per train target word (Taboo), per deal (Kuhn Poker: 6 deals)",
+        ge=1,
     )
     backend: str = opt("hf", "generation backend", choices=MODEL_BACKENDS)
-    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
-    max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context")
+    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs", ge=1)
+    max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context", ge=16)
     dtype: str = opt("auto", "model dtype (auto: float32 on CPU)", choices=DTYPES)
     tensor_parallel_size: int | None = opt(
-        None, "vllm: GPUs one engine spans; None: the GPUs of the job"
+        None,
+        "vllm backend: GPUs one engine spans; null: the GPUs of the job "
+        "(resources.selfplay.gpus for self-play, resources.evaluate.gpus for evaluation "
+        "games)",
+        ge=1,
     )
     batch_memory_gib: float | None = opt(
         None,
-        "hf: memory one sub-batch may take; None: four fifths of the free GPU memory, or "
-        "half of the memory available on CPU",
+        "hf backend: memory one sub-batch may take (static KV cache and prompt pass); the "
+        "batch is split to fit. null: four fifths of the free GPU memory once the model "
+        "is loaded, or half of the memory available on CPU",
+        gt=0,
     )
     gpu_memory_utilization: float = opt(
-        0.9, "vllm: share of each GPU's total memory the self-play engine takes"
+        0.9,
+        "vllm backend: share of each GPU's total memory the self-play engine takes "
+        "(weights, activations, KV cache)",
+        **SHARE,
     )
-    kv_reuse_gib: float = opt(2.0, "hf: memory for keys/values kept between a game's turns")
+    kv_reuse_gib: float = opt(
+        2.0,
+        "hf backend: memory for keys/values kept between turns of a game (0: off); count "
+        "it in resources.selfplay/evaluate mem_mb",
+        ge=0,
+    )
     vllm_batch_invariant: bool = opt(
         False,
-        "vllm: batch-invariant kernels (VLLM_BATCH_INVARIANT=1), so that a rerun of a "
-        "shard reproduces its games whatever else shares the batch; slower",
+        "vllm backend: batch-invariant kernels (VLLM_BATCH_INVARIANT=1): a game's tokens "
+        "no longer depend on what else shares its batch, so a rerun shard reproduces its "
+        "games; slower kernels. Without it per-request seeds fix the sampling, not the "
+        "logits",
     )
 
 
-@section("evaluation")
 @dataclass(frozen=True, kw_only=True)
-class EvaluationSettings:
+class EvaluationSettings(Checked):
     """Evaluation games against a fixed opponent (config ``evaluation``; its ``reasoning``
-    subsection is declared by the reasoning evaluation)."""
+    and ``hints`` subsections are declared by those evaluations)."""
 
     opponent: str = opt(
         "imitation",
-        '"imitation" (M0), "base", a model folder, or an OpenAI-compatible endpoint',
+        '"imitation" (M0), "base" (the base model, under the run\'s prompt format), a '
+        'model folder, or an OpenAI-compatible endpoint "openai:http://host:port/v1?'
+        'model=NAME" (options: api=chat, timeout, retries, workers, key_env, top_k=off)',
     )
     num_shards: int = opt(
         1,
         "one job per shard of the test words for each evaluated model (at most "
         "words.num_test); the shards' games are merged into one file",
+        ge=1,
+        le=1000,
     )
-    max_new_tokens: int = opt(256, "tokens per reply at most")
-    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs")
+    max_new_tokens: int = opt(256, "tokens per reply at most", ge=1)
+    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs", ge=1)
     sampled_games_per_secret: int = opt(
         0,
-        "besides the greedy games: games per secret and role sampled as in self-play (0: none)",
+        "besides the greedy games: this many games per secret and role against the same "
+        "opponent, both players sampling as in self-play (selfplay.temperature, top_k, "
+        "top_p), for every model (results/epoch{e}/eval/sampled/, "
+        "results/eval/sampled/{model}.*, results/summary/eval_sampled.tsv); 0: none",
+        ge=0,
+        le=100,
     )
     gpu_memory_utilization: float = opt(
-        0.45, "vllm: share of the GPU's total memory of the evaluated model's engine"
+        0.45,
+        "vllm backend: share of the GPU's total memory of the evaluated model's engine in "
+        "evaluation games",
+        **SHARE,
     )
     opponent_gpu_memory_utilization: float = opt(
-        0.45, "vllm: share of the GPU's total memory of a local opponent's engine"
+        0.45,
+        "vllm backend: the same for a local opponent's engine (both on one GPU: the sum at "
+        "most 0.95; an endpoint opponent takes none)",
+        **SHARE,
     )

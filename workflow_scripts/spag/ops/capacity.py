@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.generation.settings import SelfplaySettings
+from spag.training.lora import LORA_TARGETS
 
 GIB = 1024**3
 BLOCK_TOKENS = 16  # vLLM's default KV cache block size
@@ -170,8 +171,6 @@ def model_config(model_dir: str | Path) -> tuple[dict[str, Any], int | None]:
 
 
 # ---------------------------------------------------------------- training jobs
-# LoRA's targets on a Llama-family decoder: every attention and MLP projection.
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 # Bytes per trained parameter: weights, gradients and AdamW's two moments. Without
 # DeepSpeed the Trainer keeps fp32 weights and gradients (bf16 only inside autocast):
 # 4 + 4 + 8; ZeRO-3 in bf16 keeps bf16 weights and gradients and fp32 master weights
@@ -303,7 +302,7 @@ def training_memory(
     per_device_batch_size: int,
     max_length: int,
     bf16: bool,
-    gradient_checkpointing: bool,
+    activation_checkpointing: bool,
     zero: ZeroLayout = ZeroLayout(),
     gpus: int = 1,
     nodes: int = 1,
@@ -350,7 +349,7 @@ def training_memory(
     tokens = per_device_batch_size * max_length
     per_layer = activation_elements_per_token(config) * tokens * act_bytes
     h, layers = config["hidden_size"], config["num_hidden_layers"]
-    if gradient_checkpointing:
+    if activation_checkpointing:
         # Each layer's input kept; one layer recomputed, with its gradients, at a time.
         activations = layers * tokens * h * act_bytes + 2 * per_layer
     else:

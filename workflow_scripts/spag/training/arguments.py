@@ -26,7 +26,7 @@ class SpagTrainingArguments(TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
     from ``self.args``: the loss (docs/design.md section 4) and the batch order."""
 
-    method: str = req("the objective (spag.training.objectives)", choices=tuple(OBJECTIVES))
+    objective: str = req("the loss (spag.training.objectives)", choices=OBJECTIVES)
     kl_coeff: float = req("KL coefficient")
     sft_coeff: float = req("weight of the SFT term (objectives that have one)")
     clip_eps: float = req("ratio clip range (objectives that clip)")
@@ -37,8 +37,8 @@ class SpagTrainingArguments(TrainingArguments):
     disable_tqdm: bool = opt(True, "no progress bars")
 
     def __post_init__(self) -> None:
-        if self.method not in OBJECTIVES:
-            raise ValueError(f"unknown objective {self.method!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {self.objective!r}")
         if self.activation_checkpointing and self.activation_checkpointing_kwargs is None:
             # The non-reentrant variant, the one torch recommends.
             self.activation_checkpointing_kwargs = {"use_reentrant": False}

@@ -29,8 +29,8 @@ DAMAGED_PREFIX = "damaged-"
 
 
 def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> dict:
-    """What a checkpoint must share with this run to be resumed from (the objective under
-    its flag's name, as checkpoints of earlier runs recorded it)."""
+    """What a checkpoint must share with this run to be resumed from (the objective as
+    ``method``: the name checkpoints of earlier runs recorded, so that they still resume)."""
     keep = {("method" if k == "objective" else k): v for k, v in asdict(cfg).items()}
     for k in (
         "output",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from spag.training.checkpoints import DAMAGED_PREFIX
 from spag.training.distributed import barrier
+from spag.training.lora import ADAPTER_DIR, write_merged
 from spag.training.settings import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,14 @@ def copy_tokenizer_files(src: str | os.PathLike, dst: str | os.PathLike) -> list
     return sorted(copied)
 
 
-def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None:
-    """Write the model folder and the loss log under temporary names, then rename them."""
+def save_final(
+    trainer, cfg: TrainConfig, work_log: Path, is_main: bool, weights_dtype: str
+) -> None:
+    """Write the model folder and the loss log under temporary names, then rename them.
+
+    With an adapter (``cfg.peft``) the folder is the full model, the adapter merged into
+    ``cfg.model``'s weights and written in ``weights_dtype`` as full fine-tuning writes
+    them, and the adapter itself in its ``adapter/``."""
     from spag.data.tables import atomic_path, write_manifest
 
     final = Path(cfg.output)
@@ -52,13 +59,14 @@ def save_final(trainer, cfg: TrainConfig, work_log: Path, is_main: bool) -> None
     # Training turned the KV cache off; the saved model generates, so turn it back on.
     trainer.model.config.use_cache = True
     # Every rank takes part (ZeRO-3 gathers the 16-bit weights); the main one writes.
-    trainer.save_model(str(tmp))
+    trainer.save_model(str(tmp if cfg.peft is None else tmp / ADAPTER_DIR))
     barrier()
     if is_main:
+        if cfg.peft is not None:
+            write_merged(cfg.model, tmp / ADAPTER_DIR, tmp, weights_dtype, cfg.trust_remote_code)
         copy_tokenizer_files(cfg.model, tmp)
-        # Under the command line's names (the objective is --method).
         info = {
-            ("method" if k == "objective" else k): v
+            k: v
             for k, v in asdict(cfg).items()
             if k not in ("output", "checkpoint_dir", "loss_log")
         }

@@ -144,6 +144,10 @@ def train(cfg: TrainConfig) -> Path:
         padding_free = False
     if padding_free:
         use_packed_attention(model)
+    if cfg.peft is not None:
+        from spag.training.lora import add_adapter
+
+        model = add_adapter(model, cfg.peft, setting="--peft")
     scored_packed = ref_meta.get("padding_free", "false") == "true"
     if scored_packed != padding_free:
         # Another attention path than scoring's: the step-0 ratio is 1 only up to the
@@ -186,6 +190,6 @@ def train(cfg: TrainConfig) -> Path:
         args.world_size,
     )
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    save_final(trainer, cfg, work_log, is_main)
+    save_final(trainer, cfg, work_log, is_main, str(load_dtype).removeprefix("torch."))
     end_distributed()
     return Path(cfg.output)

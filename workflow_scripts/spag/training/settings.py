@@ -3,7 +3,7 @@
 ``StageSettings`` holds the hyper-parameters a user sets per stage (config keys
 ``imitation.*`` and ``spag.*``; the schema's ``$defs.training`` lists the same keys
 with the same defaults, checked by a test). ``TrainConfig`` adds what a job is given
-(files, method, run-wide keys). ``spag train``'s flags, their defaults and help are
+(files, objective, run-wide keys). ``spag train``'s flags, their defaults and help are
 generated from ``TrainConfig`` (:func:`spag.settings.add_arguments`), the rules' flags
 from the validated config (:func:`stage_arguments`), and the Trainer's arguments from
 the settings by name (:func:`argument_values`, metadata ``arg``), so no default is
@@ -30,66 +30,95 @@ from spag.ops import (
     family_device,
 )
 from spag.ops import TRACKING_DIR as DEFAULT_TRACKING_DIR
-from spag.settings import config_options, opt, req, section
+from spag.settings import Checked, config_options, opt, req
+from spag.training.lora import LoraSettings
 from spag.training.objectives import OBJECTIVES, coefficients, paper_defaults
 
 # Every objective's coefficients: a stage passes only its own objective's.
 COEFFICIENTS = {key for name in OBJECTIVES for key in coefficients(name)}
-# Settings that must be at least 1.
-POSITIVE = ("per_device_batch_size", "gradient_accumulation_steps", "save_steps", "logging_steps")
+# transformers' SchedulerType values.
+SCHEDULERS = (
+    "linear",
+    "cosine",
+    "cosine_with_restarts",
+    "polynomial",
+    "constant",
+    "constant_with_warmup",
+    "inverse_sqrt",
+    "cosine_with_min_lr",
+    "cosine_warmup_with_min_lr",
+    "warmup_stable_decay",
+)
 
 
 @dataclass(kw_only=True)
-class StageSettings:
-    """Hyper-parameters of one training stage (config ``imitation`` / ``spag``)."""
+class StageSettings(Checked):
+    """Hyper-parameters of one training stage (config ``imitation`` / ``spag``, both of
+    the schema's ``$defs.training``)."""
 
-    learning_rate: float | None = opt(None, "peak learning rate (default: by objective)")
-    num_train_epochs: float = opt(1.0, "passes over the samples")
+    learning_rate: float | None = opt(
+        None, "peak learning rate; default: the objective's", gt=0, filled="objective"
+    )
+    num_train_epochs: float = opt(1.0, "passes over the samples", gt=0)
     max_steps: int = opt(-1, "optimizer steps; -1: as many as the epochs give")
     per_device_batch_size: int = opt(
-        2, "samples per device and step", arg="per_device_train_batch_size"
+        2, "samples per device and step", ge=1, arg="per_device_train_batch_size"
     )
-    gradient_accumulation_steps: int = opt(8, "micro-batches per optimizer step")
-    max_length: int = opt(2048, "tokens per sample (left-truncated, BOS kept)")
-    lr_scheduler: str = opt("cosine", "transformers scheduler name", arg="lr_scheduler_type")
+    gradient_accumulation_steps: int = opt(8, "micro-batches per optimizer step", ge=1)
+    max_length: int = opt(2048, "tokens per sample (left-truncated, BOS kept)", ge=8)
+    lr_scheduler: str = opt(
+        "cosine", "transformers' scheduler (SchedulerType)", choices=SCHEDULERS,
+        arg="lr_scheduler_type",
+    )  # fmt: skip
     # A warmup_steps value below 1 is a ratio of the total steps.
     warmup_ratio: float = opt(
-        0.03, "warm-up as a fraction of the steps, in [0, 1)", arg="warmup_steps"
+        0.03, "warm-up as a fraction of the steps", ge=0, lt=1, arg="warmup_steps"
     )
-    weight_decay: float = opt(0.0, "AdamW weight decay")
+    weight_decay: float = opt(0.0, "AdamW weight decay", ge=0)
     bf16: bool = opt(False, "bfloat16 mixed precision")
     tf32: bool = opt(False, "TF32 matrix products (CUDA only)", arg=None)
-    gradient_checkpointing: bool = opt(
-        False, "recompute activations in the backward pass", arg="activation_checkpointing"
-    )
+    activation_checkpointing: bool = opt(False, "recompute activations in the backward pass")
     deepspeed: str | None = opt(
         None,
-        "zero3_offload | zero3 | zero3_fp32_grads | zero3_offload_fp32_grads | a JSON path | none",
+        "zero3_offload, zero3 (bf16 gradients accumulated in bf16, as the research code), "
+        "zero3_fp32_grads or zero3_offload_fp32_grads (accumulated and averaged in fp32), "
+        "a JSON path, or null",
         arg=None,
     )
-    save_steps: int = opt(100, "trainer checkpoint every K steps (for resume)")
-    logging_steps: int = opt(1, "loss log row every K steps")
+    save_steps: int = opt(100, "trainer checkpoint every K steps (for resume)", ge=1)
+    logging_steps: int = opt(1, "loss log row every K steps", ge=1)
     group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
     padding_free: bool = opt(
-        True, "a micro-batch's samples packed in one row, attention per sample (no padding)"
+        True,
+        "pack a micro-batch in one row, attention per sample: no padding slots (false: "
+        "right-padded batches)",
+    )
+    peft: LoraSettings | None = opt(
+        None,
+        "a low-rank adapter (peft's LoraConfig names), trained on the frozen model and "
+        "merged into the stage's model folder (its adapter/ kept); null: full "
+        "fine-tuning, the paper's method",
     )
     # The objectives' coefficients (spag.training.objectives; each reads its own).
-    kl_coeff: float | None = opt(None, "KL coefficient (default: by objective)")
+    kl_coeff: float | None = opt(
+        None, "KL coefficient; default: the objective's", ge=0, filled="objective"
+    )
     sft_coeff: float = opt(
-        OBJECTIVES["offline_po"].sft_coeff, "weight of the SFT term (objectives that have one)"
+        OBJECTIVES["offline_po"].sft_coeff,
+        "weight of the SFT term, for the objectives that have one (offline_po)",
+        ge=0,
     )
     clip_eps: float = opt(
-        OBJECTIVES["offline_po"].clip_eps, "ratio clip range (objectives that clip)"
+        OBJECTIVES["offline_po"].clip_eps,
+        "ratio clip range, for the objectives that clip (offline_po)",
+        gt=0,
     )
-    # ``--method`` on the command line (first), ``method`` in the Trainer's arguments and
-    # in the model's spag_training.json.
     objective: str | None = opt(
         None,
-        "the objective (spag.training.objectives.OBJECTIVES); default: the paper's for the "
-        "stage (imitation: sft_kl, spag: offline_po)",
-        choices=tuple(OBJECTIVES),
-        flag="method",
-        arg="method",
+        "the loss: a name registered in spag/training/objectives.py OBJECTIVES; default: "
+        "the paper's for the stage (imitation: sft_kl, spag: offline_po)",
+        choices=OBJECTIVES,
+        filled="stage",
     )
 
 
@@ -146,17 +175,13 @@ class TrainConfig(StageSettings):
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
             raise SpagInputError(
-                f"--method must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
+                f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
             )
         # The learning rate and KL coefficient the objective implies where they are unset.
         for key, value in paper_defaults(self.objective).items():
             if getattr(self, key) is None:
                 setattr(self, key, value)
-        for name in POSITIVE:
-            if getattr(self, name) < 1:
-                raise SpagInputError(f"--{name.replace('_', '-')} must be positive")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise SpagInputError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}")
+        super().__post_init__()
 
 
 def argument_values(cfg: TrainConfig, names: set[str]) -> dict[str, Any]:
@@ -182,7 +207,7 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
     so the job's command line shows every value it trains with.
     """
     objective = config[stage]["objective"]
-    options: dict[str, Any] = {"method": objective}
+    options: dict[str, Any] = {"objective": objective}
     for key, value in config_options(StageSettings, config[stage]).items():
         if key in COEFFICIENTS and key not in coefficients(objective):
             continue  # another objective's coefficient
@@ -196,12 +221,11 @@ def stage_arguments(config: dict[str, Any], stage: str) -> dict[str, Any]:
     return options
 
 
-@section("scoring")
 @dataclass(kw_only=True)
-class ScoringSettings:
+class ScoringSettings(Checked):
     """How ``spag score-ref`` runs the reference model (config ``scoring``)."""
 
-    batch_size: int = opt(16, "samples per forward pass")
+    batch_size: int = opt(16, "samples per forward pass", ge=1)
     dtype: str = opt("float32", "reference model dtype", choices=("float32", "bfloat16", "float16"))
 
 

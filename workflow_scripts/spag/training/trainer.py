@@ -49,7 +49,7 @@ LOSS_LOG_COLUMNS = [
 
 class SpagTrainer(Trainer):
     """Trainer computing the docs/design.md section 4 losses from policy log-probs and
-    ``ref_logprob``; its settings (method, coefficients, batch order) are ``self.args``,
+    ``ref_logprob``; its settings (objective, coefficients, batch order) are ``self.args``,
     a :class:`spag.training.arguments.SpagTrainingArguments`."""
 
     def __init__(self, *args, lengths: list[int] | None = None, **kwargs):
@@ -61,7 +61,7 @@ class SpagTrainer(Trainer):
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
         # The loss by name, its coefficients from the arguments (spag.training.objectives).
-        self.objective = build_objective(self.args.method, self.args)
+        self.objective = build_objective(self.args.objective, self.args)
         self._reset_stats()
         self.add_callback(_StatsClock(self))
 
@@ -72,7 +72,7 @@ class SpagTrainer(Trainer):
             return super()._get_train_sampler(dataset)
         lengths = self.lengths if self.lengths is not None else dataset.lengths
         is_sft = None
-        if OBJECTIVES[self.args.method].mixes_types:
+        if OBJECTIVES[self.args.objective].mixes_types:
             # The loss divides each term by its count in the micro-batch: batches must keep
             # the SFT/game mix of random batches, so lengths are grouped within each type.
             is_sft = dataset.is_sft
