@@ -180,6 +180,9 @@ def test_a_coefficient_the_objective_has_not_is_refused():
                        r"'imitation.objective' sft_kl, whose coefficients are kl_coeff"):  # fmt: skip
         validate_config({"imitation": {"clip_eps": 0.3}})
     with pytest.raises(SpagInputError, match=r"key 'spag.sft_coeff' means nothing"):
-        validate_config({"spag": {"objective": "sft_kl", "sft_coeff": 0.5}})
+        validate_config({"spag": {"objective": "sft_kl", "sft_coeff": 0.6}})
     # the shipped configs set offline_po's coefficients for the SPAG stage only
     validate_config({"spag": {"clip_eps": 0.3, "sft_coeff": 0.4}})
+    # a validated config (every default filled) validates again
+    config = validate_config({"imitation": {"kl_coeff": 0.05}})
+    validate_config(config)

@@ -416,11 +416,19 @@ def num_secrets(config: dict[str, Any], split: str) -> int:
 
 def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], source: str) -> None:
     """A coefficient the stage's objective has not (``clip_eps`` for ``sft_kl``) would be
-    accepted and ignored: refused where the user set it."""
+    accepted and ignored: refused where the user set it to something else than its
+    default (a config validated once holds every default: validating it again passes)."""
+    from spag.training.settings import StageSettings
+
     every = {key for name in OBJECTIVES for key in coefficients(name)}
     for stage in STAGE_OBJECTIVE:
         objective = config[stage]["objective"]
-        unused = sorted((every - set(coefficients(objective))) & set(given.get(stage) or {}))
+        set_here = given.get(stage) or {}
+        unused = sorted(
+            k
+            for k in every - set(coefficients(objective))
+            if k in set_here and set_here[k] != StageSettings.__dataclass_fields__[k].default
+        )
         if unused:
             raise SpagInputError(
                 f"{source}: key '{stage}.{unused[0]}' means nothing for '{stage}.objective' "
