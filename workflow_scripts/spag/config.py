@@ -25,7 +25,6 @@ import yaml
 from spag.errors import SpagInputError
 from spag.settings import load_section_class, section_schema
 from spag.training.objectives import (
-    OBJECTIVES,
     STAGE_OBJECTIVE,
     build_objective,
     coefficients,
@@ -418,15 +417,14 @@ def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], s
     """A coefficient the stage's objective has not (``clip_eps`` for ``sft_kl``) would be
     accepted and ignored: refused where the user set it to something else than its
     default (a config validated once holds every default: validating it again passes)."""
-    from spag.training.settings import StageSettings
+    from spag.training.settings import COEFFICIENTS, StageSettings
 
-    every = {key for name in OBJECTIVES for key in coefficients(name)}
     for stage in STAGE_OBJECTIVE:
         objective = config[stage]["objective"]
         set_here = given.get(stage) or {}
         unused = sorted(
             k
-            for k in every - set(coefficients(objective))
+            for k in COEFFICIENTS - set(coefficients(objective))
             if k in set_here and set_here[k] != StageSettings.__dataclass_fields__[k].default
         )
         if unused:

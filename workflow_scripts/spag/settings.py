@@ -221,7 +221,7 @@ def add_arguments(
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
-        flag = "--" + _flag_name(f).replace("_", "-")
+        flag = _flag(f)
         kind = field_type(cls, f)
         help_text = f.metadata["help"]
         if "flag" in f.metadata:
@@ -254,9 +254,7 @@ def add_arguments(
             extra["nargs"] = "+"
             kind = typing.get_args(kind)[0]
         kind = f.metadata.get("type", kind)
-        default = f.default
-        if f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
+        default = _default(f)
         if f.metadata.get("env"):
             default = os.environ.get(f.metadata["env"], default)
             help_text += f" (environment: {f.metadata['env']})"
