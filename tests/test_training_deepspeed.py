@@ -91,3 +91,47 @@ def test_zero3_two_ranks_on_cpu(tiny_model_dir, tmp_path):
     assert (out / "ckpt" / "damaged-checkpoint-2").is_dir()
     with (out / "loss.tsv").open() as fh:
         assert [int(r["step"]) for r in csv.DictReader(fh, delimiter="\t")] == [1, 2]
+
+
+def test_zero3_offload_with_an_adapter_checkpointing_and_resume(tiny_model_dir, tmp_path):
+    """LoRA under the paper's ZeRO-3 (parameters partitioned as they load, then wrapped)
+    with non-reentrant activation checkpointing, where frozen weights are a known trap:
+    the adapter learns, step 0's ratio is 1, and a damaged last checkpoint resumes from
+    the one before with the adapter's optimizer state."""
+    from safetensors.torch import load_file
+
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(8, seed=7))
+    scored = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored, batch_size=4, max_length=96)
+    out = tmp_path / "run"
+    cmd = _train_cmd(
+        tiny_model_dir, scored, out, "--deepspeed", "zero3_offload", "--max-steps", "2",
+        "--device", "cpu", "--activation-checkpointing", "--keep-checkpoints",
+        "--peft", "r=4", "lora_alpha=8",
+    )  # fmt: skip
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert re.search(r"LoRA r=4 alpha=8 on 14 modules", proc.stderr), proc.stderr[-3000:]
+    with (out / "loss.tsv").open() as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    assert [int(r["step"]) for r in rows] == [1, 2]
+    assert abs(float(rows[0]["ratio_min"]) - 1) <= 1e-6 and abs(float(rows[0]["ratio_max"]) - 1) <= 1e-6
+    # B starts at zero: after two steps every B has moved, so gradients reached each adapter
+    # through the recomputed layers.
+    adapter = load_file(out / "model" / "adapter" / "adapter_model.safetensors")
+    b = {k: v for k, v in adapter.items() if "lora_B" in k}
+    assert len(b) == 14 and all(v.abs().max() > 0 for v in b.values())
+    merged = load_file(out / "model" / "model.safetensors")
+    base = load_file(tiny_model_dir / "model.safetensors")
+    assert not all(merged[k].equal(base[k]) for k in base if "q_proj" in k)
+
+    (states,) = (out / "ckpt" / "checkpoint-2").glob("global_step2/*optim_states.pt")
+    states.unlink()
+    retry = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert retry.returncode == 0, (retry.stdout + retry.stderr)[-4000:]
+    assert re.search(r"resuming from \S*/checkpoint-1\b", retry.stderr), [
+        line for line in retry.stderr.splitlines() if "spag." in line
+    ]
+    with (out / "loss.tsv").open() as fh:
+        assert [int(r["step"]) for r in csv.DictReader(fh, delimiter="\t")] == [1, 2]

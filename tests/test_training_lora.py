@@ -90,3 +90,24 @@ def test_the_adapter_reaches_the_train_rule_and_only_where_set():
     flags = step_flags(TrainConfig, **stage_arguments(config, "spag"))
     assert "--peft r=8 lora_alpha=32 lora_dropout=0.0 target_modules=q_proj,k_proj," in flags
     assert "--peft" not in step_flags(TrainConfig, **stage_arguments(config, "imitation"))
+
+
+def test_a_lora_checkpoint_folder_is_resumed_by_its_run_and_no_other(tmp_path):
+    """A run's fingerprint equals its record read back (the adapter's settings hold
+    tuples, which JSON reads back as lists), and full fine-tuning and LoRA never share
+    checkpoints."""
+    from spag.training.checkpoints import RUN_FILE, prepare_checkpoint_dir, run_fingerprint
+    from spag.training.lora import LoraSettings
+    from spag.training.settings import TrainConfig
+
+    samples = tmp_path / "samples.parquet"
+    samples.write_bytes(b"rows")
+    files = dict(model="m", samples=str(samples), output="o", loss_log="l.tsv",
+                 checkpoint_dir=str(tmp_path / "ckpt"), objective="offline_po")  # fmt: skip
+    lora = TrainConfig(**files, peft=LoraSettings(r=4))
+    full = TrainConfig(**files)
+    fingerprint = run_fingerprint(lora, "model-id", 1)
+    assert prepare_checkpoint_dir(lora, fingerprint, is_main=True) is None
+    assert json.loads((tmp_path / "ckpt" / RUN_FILE).read_text()) == fingerprint
+    assert run_fingerprint(lora, "model-id", 1) == fingerprint
+    assert run_fingerprint(full, "model-id", 1) != fingerprint

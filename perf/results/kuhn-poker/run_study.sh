@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
 # The Kuhn Poker study: each config x reward scheme x seed, from nothing, as whole runs.
 #   perf/results/kuhn-poker/run_study.sh tiny smollm2     (from the project root)
+#   PEFT=lora perf/results/kuhn-poker/run_study.sh tiny   both stages train LoRA adapters
+#                                                         (imitation.peft, spag.peft: {})
 # Each run is a fresh copy of the workflow under $STUDY_DIR (default /tmp/kuhn-study);
-# its tables are copied here, to <config>-<scheme>-s<seed>/, with its wall time.
+# its tables are copied here, to <config>[-lora]-<scheme>-s<seed>/, with its wall time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 project=$(cd "$here/../../.." && pwd)
 study=${STUDY_DIR:-/tmp/kuhn-study}
 schemes=${SCHEMES:-winners zero_sum}
 seeds=${SEEDS:-42 7}
+peft=${PEFT:-}
 for config in "$@"; do
   for scheme in $schemes; do
     for seed in $seeds; do
-      name="$config-$scheme-s$seed"
+      name="$config${peft:+-$peft}-$scheme-s$seed"
       wd="$study/$name"
       rm -rf "$wd" && mkdir -p "$wd"
       (cd "$project" && git ls-files -co --exclude-standard -- Snakefile config.yaml configs rules \
         data profiles report envs | tar cf - -T -) | tar xf - -C "$wd"
+      files=("configs/kuhn-poker-$config.yaml")
+      if [ "$peft" = lora ]; then
+        printf 'imitation:\n  peft: {}\nspag:\n  peft: {}\n' > "$wd/lora.yaml"
+        files+=(lora.yaml)
+      elif [ -n "$peft" ]; then
+        echo "PEFT=$peft: only 'lora' is known" >&2
+        exit 2
+      fi
       start=$(date +%s)
-      (cd "$wd" && snakemake -c2 all --configfile "configs/kuhn-poker-$config.yaml" \
+      (cd "$wd" && snakemake -c2 all --configfile "${files[@]}" \
         --config seed="$seed" "rewards={scheme: $scheme}" > snakemake.log 2>&1)
       end=$(date +%s)
       out="$here/$name"
@@ -26,8 +37,8 @@ for config in "$@"; do
       cp "$wd"/results/summary/{poker,epochs,eval_games}.tsv "$out/"
       cp "$wd"/results/eval/strategy/*.tsv "$out/strategy/"
       cp "$wd"/results/plots/exploitability.png "$out/"
-      printf 'config\tscheme\tseed\twall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$config" "$scheme" "$seed" "$((end - start))" "$(date -u +%FT%TZ)" \
+      printf 'config\tpeft\tscheme\tseed\twall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$config" "${peft:-none}" "$scheme" "$seed" "$((end - start))" "$(date -u +%FT%TZ)" \
         "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run.tsv"
       echo "$name: $((end - start)) s"
     done

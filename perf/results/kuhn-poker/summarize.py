@@ -2,7 +2,7 @@
 
     python perf/results/kuhn-poker/summarize.py > perf/results/kuhn-poker/tables.md
 
-Per config and reward scheme: each model's exact figures for each seed, with their
+Per config, training (full fine-tuning, or LoRA: ``PEFT=lora``) and reward scheme: each model's exact figures for each seed, with their
 mean and range over seeds; then M0's and M3's probability of the aggressive move
 (bet, or call facing a bet) at each information set, beside the equilibrium's
 (first seat alpha = 1/6).
@@ -29,12 +29,15 @@ def read(path: Path) -> list[dict[str, str]]:
 
 
 def main() -> None:
-    runs = defaultdict(dict)  # (config, scheme) -> seed -> folder
+    runs = defaultdict(dict)  # (config, peft, scheme) -> seed -> folder
     for folder in sorted(p for p in HERE.iterdir() if (p / "run.tsv").is_file()):
         info = read(folder / "run.tsv")[0]
-        runs[(info["config"], info["scheme"])][int(info["seed"])] = (folder, info)
-    for (config, scheme), seeds in sorted(runs.items()):
-        print(f"## {config}, rewards.scheme {scheme}\n")
+        # Runs written before the LoRA option have no peft column: full fine-tuning.
+        key = (info["config"], info.get("peft", "none"), info["scheme"])
+        runs[key][int(info["seed"])] = (folder, info)
+    for (config, peft, scheme), seeds in sorted(runs.items()):
+        training = "" if peft == "none" else f", {peft}"
+        print(f"## {config}{training}, rewards.scheme {scheme}\n")
         walls = ", ".join(f"seed {s}: {i['wall_s']} s" for s, (_, i) in sorted(seeds.items()))
         print(f"From nothing (`snakemake -c2 all`, 2 cores): {walls}.\n")
         rows = {s: {r["model"]: r for r in read(f / "poker.tsv")} for s, (f, _) in seeds.items()}

@@ -56,7 +56,9 @@ def run_fingerprint(cfg: TrainConfig, model_identity: str, world_size: int) -> d
         samples_sha256=sha256_file(cfg.samples),
         world_size=world_size,
     )
-    return keep
+    # As read back from RUN_FILE (tuples as lists, e.g. the adapter's target modules),
+    # so that the same run compares equal to its own record.
+    return json.loads(json.dumps(keep))
 
 
 def write_complete_marker(folder: Path, step: int) -> None:

@@ -99,7 +99,12 @@ def write_merged(
     import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
 
+    # After a ZeRO-3 run the trainer's DeepSpeed config is still registered, and
+    # from_pretrained would partition the base as it loads (a weight of size 0 on this
+    # rank, which peft cannot merge into). Training is over: load it whole.
+    unset_hf_deepspeed_config()
     model = AutoModelForCausalLM.from_pretrained(
         base, dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
     )
