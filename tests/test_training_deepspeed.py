@@ -116,7 +116,10 @@ def test_zero3_offload_with_an_adapter_checkpointing_and_resume(tiny_model_dir, 
     with (out / "loss.tsv").open() as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     assert [int(r["step"]) for r in rows] == [1, 2]
-    assert abs(float(rows[0]["ratio_min"]) - 1) <= 1e-6 and abs(float(rows[0]["ratio_max"]) - 1) <= 1e-6
+    assert (
+        abs(float(rows[0]["ratio_min"]) - 1) <= 1e-6
+        and abs(float(rows[0]["ratio_max"]) - 1) <= 1e-6
+    )
     # B starts at zero: after two steps every B has moved, so gradients reached each adapter
     # through the recomputed layers.
     adapter = load_file(out / "model" / "adapter" / "adapter_model.safetensors")
