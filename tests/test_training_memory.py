@@ -100,8 +100,29 @@ def test_command_on_the_paper_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "spag: 2 samples of 2048 tokens per GPU, 1 GPU(s) on 1 node(s)" in out
     full, lora = out.splitlines()[1:3]
-    # 16 bytes a parameter over one GPU, the gathered embeddings (0.49 GiB) added.
-    assert full.startswith("  full fine-tuning (6,738,415,616 trained parameters): 106.1 GiB")
+    # 16 bytes a parameter over one GPU, the gathered embeddings (0.49 GiB) added; the
+    # config's own method (peft: null) marked.
+    assert full.startswith("* full fine-tuning (6,738,415,616 trained parameters): 106.1 GiB")
     assert full.endswith("fits: H200")
     assert lora.startswith("  LoRA r=16 (39,976,960 trained parameters): 18.8 GiB")
     assert "fits: A100-40GB, A100-80GB / H100-80GB, H200" in lora
+
+
+def test_the_lora_config_trains_each_stage_on_one_gpu(tmp_path, capsys):
+    """configs/paper-llama2-7b-lora.yaml over the paper's config: one GPU per training job,
+    the stage's own adapter (r = 32 on every projection) estimated and marked, within an
+    80 GB card (and a 40 GB one), where full fine-tuning on that GPU is not."""
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(LLAMA2_7B))
+    configs = [REPO / "config.yaml", REPO / "configs/paper-llama2-7b.yaml",
+               REPO / "configs/paper-llama2-7b-lora.yaml"]  # fmt: skip
+    assert main(["training-memory", "--model", str(model), "--configfile",
+                 *map(str, configs)]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    for stage, at in (("imitation", 0), ("spag", 3)):
+        assert lines[at].startswith(f"{stage}: 2 samples of 2048 tokens per GPU, 1 GPU(s)")
+        full, lora = lines[at + 1 : at + 3]
+        assert full.startswith("  full fine-tuning") and "fits: H200" in full
+        # r x (in + out) per projection at r = 32: twice the r = 16 count above.
+        assert lora.startswith("* LoRA r=32 (79,953,920 trained parameters): 19.4 GiB")
+        assert "A100-40GB, A100-80GB / H100-80GB" in lora

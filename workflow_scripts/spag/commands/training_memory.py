@@ -25,13 +25,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stage", choices=STAGES, nargs="+", default=list(STAGES))
     p.add_argument(
-        "--lora-rank", type=int, default=16, help="the adapters' rank of the LoRA estimate"
+        "--lora-rank",
+        type=int,
+        default=16,
+        help="the adapters' rank of the LoRA estimate of a stage without peft settings "
+        "(a stage's own <stage>.peft wins)",
     )
     p.add_argument(
         "--lora-targets",
         nargs="+",
         default=list(LORA_TARGETS),
-        help="projections with adapters (default: every attention and MLP projection)",
+        help="projections with adapters, as --lora-rank (default: every attention and MLP "
+        "projection)",
     )
     add_gpu_sizes(p)
 
@@ -68,16 +73,25 @@ def run(args: argparse.Namespace) -> int:
             f"GPU, {gpus} GPU(s) on {nodes} node(s), deepspeed {s['deepspeed'] or 'none'}, "
             f"bf16 {s['bf16']}, activation checkpointing {s['activation_checkpointing']}"
         )
+        peft = s["peft"]
+        rank, targets = (
+            (peft["r"], tuple(peft["target_modules"]))
+            if peft
+            else (args.lora_rank, tuple(args.lora_targets))
+        )
         estimates = {
             "full fine-tuning": training_memory(model, **common),
-            f"LoRA r={args.lora_rank}": training_memory(
-                model, lora_rank=args.lora_rank, lora_targets=tuple(args.lora_targets), **common
+            f"LoRA r={rank}": training_memory(
+                model, lora_rank=rank, lora_targets=targets, **common
             ),
         }
+        # The method the config trains this stage with is marked.
+        chosen = f"LoRA r={rank}" if peft else "full fine-tuning"
         for method, mem in estimates.items():
             fits = [name for name, gib in sizes.items() if mem.total_gib <= gib]
             print(
-                f"  {method} ({mem.trained_parameters:,} trained parameters): "
-                f"{mem.describe()}; fits: {', '.join(fits) or 'none of ' + ', '.join(sizes)}"
+                f"{'*' if method == chosen else ' '} {method} ({mem.trained_parameters:,} "
+                f"trained parameters): {mem.describe()}; "
+                f"fits: {', '.join(fits) or 'none of ' + ', '.join(sizes)}"
             )
     return 0
