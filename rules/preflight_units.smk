@@ -3,6 +3,7 @@
 
 from spag.ops.cluster import threads_per_rank
 from spag.ops.device import family_device
+from spag.ops.preflight import training_memory_plan
 from spag.generation.openai_backend import is_endpoint_spec
 
 
@@ -60,6 +61,7 @@ def preflight_units():
             dict(
                 path=[str(RESULTS), str(CHECKPOINTS)],
                 deepspeed=stages,
+                training_gib=training_memory_plan(config, BASE_MODEL),
                 threads=(
                     threads_per_rank(r["cpus"], procs) if train_launcher() else None
                 ),

@@ -313,3 +313,52 @@ def test_a_relative_model_folder_starts_its_engine(standin_vllm, tiny_model_dir,
     monkeypatch.chdir(tiny_model_dir.parent)
     rows = {r.check: r for r in run_checks(_vllm_plan(os.path.basename(tiny_model_dir)))}
     assert rows["vllm engine"].status == "ok", rows["vllm engine"].detail
+
+
+def test_training_memory_is_planned_from_the_model_and_warned_on_a_small_gpu(tmp_path, monkeypatch):
+    """The train family's row: each stage's estimate (spag.ops.capacity, by hand in
+    tests/test_training_memory.py), planned from the base model's config.json; a warning
+    naming the stage and the ways out where the GPU found holds less."""
+    import yaml
+    from workflow_utils import REPO, deep_merge
+
+    import spag.ops.device
+    from spag.config import validate_config
+    from spag.ops.preflight import _training_memory_row, training_memory_plan
+
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA2_7B))
+    config = {}
+    for name in (
+        "config.yaml",
+        "configs/paper-llama2-7b.yaml",
+        "configs/paper-llama2-7b-lora.yaml",
+    ):
+        config = deep_merge(config, yaml.safe_load((REPO / name).read_text()))
+    config["base_model"]["name_or_path"] = str(model)
+    lora = validate_config(config, source="test")
+    assert training_memory_plan(lora, tmp_path / "none") == {"imitation": 19.4, "spag": 19.4}
+    full = validate_config(
+        deep_merge(lora, {"imitation": {"peft": None}, "spag": {"peft": None}}), source="test"
+    )
+    planned = training_memory_plan(full, tmp_path / "none")
+    assert planned == {"imitation": 106.1, "spag": 106.1}
+    # The embedded model is built by the run: nothing to read when it is planned.
+    assert training_memory_plan(validate_config({}, source="test"), tmp_path / "none") == {}
+
+    plan = FamilyPlan(family="train", device="cuda", training_gib=planned)
+    monkeypatch.setattr(spag.ops.device, "nvml_devices",
+                        lambda: [{"name": "NVIDIA A100-SXM4-80GB", "memory_gib": 80.0}])  # fmt: skip
+    row = _training_memory_row(plan)
+    assert row.status == "info"
+    assert row.detail.startswith("warning: imitation, spag need more memory than this GPU has")
+    assert "imitation.peft/spag.peft" in row.detail
+    plan.training_gib = {"imitation": 19.4, "spag": 19.4}
+    assert _training_memory_row(plan).detail == (
+        "estimated per GPU: imitation 19.4 GiB, spag 19.4 GiB; NVIDIA A100-SXM4-80GB (80 GiB): fits"
+    )
+    # No GPU in this job: the common families, no warning.
+    no_gpu = _training_memory_row(FamilyPlan(family="train", training_gib=planned)).detail
+    assert not no_gpu.startswith("warning") and "H200 (no GPU here) (141 GiB): fits" in no_gpu
+    assert _training_memory_row(FamilyPlan(family="train")).detail.startswith("not estimated")

@@ -38,6 +38,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--deepspeed", nargs="*", default=[], help="the stages' DeepSpeed configs")
     p.add_argument("--endpoint", nargs="*", default=[], help="endpoint specs to reach")
     p.add_argument("--path", nargs="*", default=[], help="folders whose disk is checked")
+    p.add_argument(
+        "--training-gib",
+        nargs="*",
+        default=[],
+        metavar="STAGE=GIB",
+        help="each training stage's estimated memory per GPU",
+    )
     p.add_argument("--threads", type=int, default=None, help="expected threads per rank")
     p.add_argument("--cpus", type=int, default=None, help="CPUs each rank's step must see")
     p.add_argument("--lm-eval", action="store_true", help="lm-eval must import")
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         tensor_parallel_size=args.tensor_parallel_size,
         deepspeed=args.deepspeed,
+        training_gib={k: float(v) for k, _, v in (w.partition("=") for w in args.training_gib)},
         endpoints=args.endpoint,
         paths=args.path,
         threads=args.threads,

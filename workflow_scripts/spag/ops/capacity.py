@@ -365,3 +365,71 @@ def training_memory(
         overhead_gib=CUDA_OVERHEAD_GIB,
         host_gib=host / GIB,
     )
+
+
+TRAIN_STAGES = ("imitation", "spag")
+
+
+@dataclass(frozen=True)
+class StageEstimate:
+    """A training stage's job (from the run's config) and its memory per GPU, full
+    fine-tuning beside LoRA; ``chosen`` is the method the config trains it with."""
+
+    stage: str
+    shape: str
+    estimates: dict[str, TrainingMemory]
+    chosen: str
+
+
+def stage_estimates(
+    run_config: dict[str, Any],
+    model: dict[str, Any],
+    parameters: int | None,
+    stages: tuple[str, ...] = TRAIN_STAGES,
+    lora_rank: int = 16,
+    lora_targets: tuple[str, ...] = LORA_TARGETS,
+) -> list[StageEstimate]:
+    """Each stage of a validated config on ``model``: its micro-batch, GPUs and DeepSpeed
+    layout; LoRA at the stage's own ``peft`` settings, else at ``lora_rank`` on
+    ``lora_targets`` (what LoRA would take)."""
+    from spag.training.distributed import resolve_deepspeed
+
+    resources = run_config["resources"]["train"]
+    nodes = max(int(resources.get("nodes", 1)), 1)
+    gpus = max(int(resources.get("gpus", 0)), 1) * nodes
+    out = []
+    for stage in stages:
+        s = run_config[stage]
+        ds = resolve_deepspeed(s["deepspeed"])
+        common = dict(
+            per_device_batch_size=s["per_device_batch_size"],
+            max_length=s["max_length"],
+            bf16=s["bf16"],
+            activation_checkpointing=s["activation_checkpointing"],
+            zero=ZeroLayout.from_config(json.loads(Path(ds).read_text()) if ds else None),
+            gpus=gpus,
+            nodes=nodes,
+            parameters=parameters,
+        )
+        peft = s["peft"]
+        rank, targets = (
+            (peft["r"], tuple(peft["target_modules"])) if peft else (lora_rank, lora_targets)
+        )
+        lora = f"LoRA r={rank}"
+        out.append(
+            StageEstimate(
+                stage=stage,
+                shape=(
+                    f"{s['per_device_batch_size']} samples of {s['max_length']} tokens per "
+                    f"GPU, {gpus} GPU(s) on {nodes} node(s), deepspeed "
+                    f"{s['deepspeed'] or 'none'}, bf16 {s['bf16']}, activation "
+                    f"checkpointing {s['activation_checkpointing']}"
+                ),
+                estimates={
+                    "full fine-tuning": training_memory(model, **common),
+                    lora: training_memory(model, lora_rank=rank, lora_targets=targets, **common),
+                },
+                chosen=lora if peft else "full fine-tuning",
+            )
+        )
+    return out

@@ -65,6 +65,9 @@ class FamilyPlan:
     deepspeed: list[str] = field(default_factory=list)
     endpoints: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    # Training: each stage's estimated GiB per GPU (spag.ops.capacity), where the base
+    # model's config could be read when the run was planned.
+    training_gib: dict[str, float] = field(default_factory=dict)
     threads: int | None = None  # expected threads per rank
     cpus: int | None = None  # the family's CPUs (per node): each rank's step must see them
     lm_eval: bool = False
@@ -212,7 +215,12 @@ def _model_row(plan: FamilyPlan) -> Row | None:
 
 def _engine_model_dir(plan: FamilyPlan) -> tuple[str | None, str]:
     """The folder a vLLM engine can load the base model from now, or None and why not."""
-    name = plan.model
+    return model_dir_now(plan.model)
+
+
+def model_dir_now(name: str | None) -> tuple[str | None, str]:
+    """The folder the base model ``name`` can be read from now (a folder, or its snapshot
+    in the Hugging Face cache), or None and why not."""
     if not name or name == "tiny":
         return None, "the embedded model is built by the run; the first shard starts the engine"
     from spag.ops.base_model import PACKAGED_MODELS
@@ -330,6 +338,71 @@ def _engine_row(plan: FamilyPlan, model_dir: str) -> Row:
         "selfplay.gpu_memory_utilization and the vLLM build (cuda_build), or use "
         "selfplay.backend: hf",
     )
+
+
+def training_memory_plan(config: dict[str, Any], prepared: str | os.PathLike) -> dict[str, float]:
+    """Each training stage's memory per GPU (GiB) for the method the config trains it
+    with, from the base model's ``config.json``: the run's prepared base model
+    (``prepared``), else the configured folder or hub snapshot; empty where none can be
+    read before the run (the embedded model, a GGUF file, a model not downloaded yet)."""
+    from spag.ops.capacity import read_model, stage_estimates
+
+    folder = Path(prepared)
+    if not (folder / "config.json").is_file():
+        base = config["base_model"]
+        found, _ = model_dir_now(base["gguf_file"] or base["name_or_path"])
+        if found is None:
+            return {}
+        folder = Path(found)
+    # Planned at every parse of the workflow: a model or adapter the estimate does not
+    # know (another architecture, other target modules) is no estimate, never an error.
+    try:
+        model, parameters = read_model(folder)
+        return {
+            e.stage: round(e.estimates[e.chosen].total_gib, 1)
+            for e in stage_estimates(config, model, parameters)
+        }
+    except (SpagInputError, OSError, ValueError, KeyError):
+        return {}
+
+
+def _training_memory_row(plan: FamilyPlan) -> Row:
+    """The planned training jobs' memory per GPU against the GPU found (against common GPU
+    families where this job has none): a warning where a stage does not fit."""
+    from spag.ops.capacity import GPU_FAMILIES
+
+    if not plan.training_gib:
+        return Row(
+            "training memory",
+            INFO,
+            "not estimated: the base model's config.json was not readable when the run "
+            "was planned (spag training-memory --model CONFIG.json estimates it)",
+        )
+    gpus: dict[str, float] = {}
+    if plan.device == "cuda":
+        from spag.ops.device import nvml_devices
+
+        gpus = {d["name"]: d["memory_gib"] for d in nvml_devices()[:1]}
+    found = bool(gpus)
+    gpus = gpus or {f"{k} (no GPU here)": v for k, v in GPU_FAMILIES.items()}
+    stages = ", ".join(f"{stage} {gib:.1f} GiB" for stage, gib in plan.training_gib.items())
+    fits = {
+        name: [stage for stage, gib in plan.training_gib.items() if gib > memory]
+        for name, memory in gpus.items()
+    }
+    detail = f"estimated per GPU: {stages}; " + "; ".join(
+        f"{name} ({memory:g} GiB): "
+        + (f"{', '.join(fits[name])} do not fit" if fits[name] else "fits")
+        for name, memory in gpus.items()
+    )
+    over = [stage for name in gpus for stage in fits[name]] if found else []
+    if over:
+        detail = (
+            f"warning: {', '.join(sorted(set(over)))} need more memory than this GPU has: "
+            f"use LoRA ({'/'.join(f'{s}.peft' for s in sorted(set(over)))}), more GPUs "
+            "under ZeRO-3, or offload (spag training-memory prints each); " + detail
+        )
+    return Row("training memory", INFO, detail)
 
 
 def _backend_rows(plan: FamilyPlan) -> list[Row]:
@@ -496,6 +569,7 @@ def run_checks(plan: FamilyPlan) -> list[Row]:
     rows += _lm_eval_rows(plan)
     rows += _deepspeed_rows(plan)
     if plan.family == "train":
+        rows.append(_training_memory_row(plan))
         rows += _collective_rows(plan)
     rows += _endpoint_rows(plan)
     return rows
