@@ -65,6 +65,9 @@ SHARD_BENCHMARK = bench_path("epoch{epoch}", "selfplay", "shard_{shard}.tsv")
 EPISODES = epoch_path("episodes.parquet")
 OUTCOMES = epoch_path("outcomes.tsv")
 SAMPLES = epoch_path("samples.parquet")
+# rewards.scheme rae: each role's baseline after the epoch's games, read by the next epoch.
+RAE = config["rewards"]["scheme"] == "rae"
+ROLE_BASELINES = epoch_path("role_baselines.json")
 SCORED = epoch_path("scored.parquet")
 MODEL = epoch_path("model")
 LOSS = epoch_path("loss.tsv")
@@ -112,6 +115,12 @@ def model_of_epoch(epoch):
     """M(e): the imitation model for e = 0, else epoch e's SPAG model."""
     epoch = int(epoch)
     return IMITATION_MODEL if epoch == 0 else MODEL.format(epoch=epoch)
+
+
+def previous_baselines(wildcards):
+    """rae: the role baselines epoch e - 1 left (none before epoch 1)."""
+    epoch = int(wildcards.epoch)
+    return ROLE_BASELINES.format(epoch=epoch - 1) if RAE and epoch > 1 else []
 
 
 def previous_model(wildcards):

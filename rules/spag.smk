@@ -12,8 +12,10 @@ rule assign_rewards:
         episodes=EPISODES,
         sft=SFT_DATA,
         prompts=config["game"]["prompts"],
+        baselines=previous_baselines,
     output:
-        SAMPLES,
+        **({"baselines": ROLE_BASELINES} if RAE else {}),
+        samples=SAMPLES,
     log:
         log_path("epoch{epoch}", "assign_rewards.log"),
     benchmark:
@@ -24,13 +26,26 @@ rule assign_rewards:
     resources:
         **job_resources("cpu"),
     params:
+        # Only under rae, so that the params of the other schemes' finished runs stay
+        # as they were (no rerun).
+        **(
+            {
+                "baselines": lambda wildcards, input, output: cli_flags(
+                    baseline_in=input.baselines or None, baseline_out=output.baselines
+                )
+            }
+            if RAE
+            else {}
+        ),
         rewards=rewards_args(),
         # Each epoch draws its own randomised training prompts.
         seed=lambda wildcards: config["seed"] * 1000 + int(wildcards.epoch),
     shell:
-        "exec spag assign-rewards --episodes {input.episodes:q} --output {output:q}"
+        "exec spag assign-rewards --episodes {input.episodes:q} --output {output.samples:q}"
         " --sft-data {input.sft:q} {params.rewards} --seed {params.seed}"
-        " --prompts {input.prompts:q} > {log:q} 2>&1"
+        " --prompts {input.prompts:q}"
+        + (" {params.baselines}" if RAE else "")
+        + " > {log:q} 2>&1"
 
 
 # Reference log-probabilities of the epoch's samples under M(e-1).

@@ -221,6 +221,7 @@ def validate_config(
             config[stage].setdefault(key, value)
     _game_defaults(config, given, source, schema)
     _refuse_unused_coefficients(config, given, source)
+    _refuse_unused_reward_settings(config, given, source)
     _check_cross_keys(config, source)
     ev = config["evaluation"]
     from spag.generation.openai_backend import is_endpoint_spec, parse_spec
@@ -411,6 +412,29 @@ def num_secrets(config: dict[str, Any], split: str) -> int:
     ``words.num_train`` / ``words.num_test``."""
     deals = load_game_deals(config)
     return len(deals) if deals is not None else config["words"][f"num_{split}"]
+
+
+# Settings of the rae scheme alone (spag.game.rewards.rae).
+RAE_SETTINGS = ("baseline_decay", "drop_zero_advantage", "rule_break_cost")
+
+
+def _refuse_unused_reward_settings(
+    config: dict[str, Any], given: dict[str, Any], source: str
+) -> None:
+    """rae's settings under another scheme would be accepted and ignored: refused where
+    set to something else than their default."""
+    from spag.game.rewards import RewardsSettings
+
+    scheme = config["rewards"]["scheme"]
+    set_here = given.get("rewards") or {}
+    if scheme == "rae":
+        return
+    for key in RAE_SETTINGS:
+        if key in set_here and set_here[key] != RewardsSettings.__dataclass_fields__[key].default:
+            raise SpagInputError(
+                f"{source}: key 'rewards.{key}' is a setting of rewards.scheme rae; "
+                f"'rewards.scheme' is {scheme}"
+            )
 
 
 def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], source: str) -> None:

@@ -25,6 +25,10 @@ class AssignRewardsConfig(RewardsSettings):
     seed: int = opt(0, "seed of the randomised prompts")
     prompts: str | None = opt(None, "prompts YAML (default: the game's shipped one)")
     game: str = opt(GameSettings.name, "the game (config game.name)")
+    baseline_in: str | None = opt(
+        None, "rae: the role baselines the previous epoch left (default: every role at 0)"
+    )
+    baseline_out: str | None = opt(None, "rae: where to write the role baselines after these games")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,10 +37,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spag.data.tables import read_parquet, write_parquet
+    from spag.errors import SpagInputError
     from spag.game.base import load_game
-    from spag.game.rewards import assign_rewards
+    from spag.game.rewards import RoleBaselines, assign_rewards
 
     job: AssignRewardsConfig = from_arguments(AssignRewardsConfig, args)
+    if job.scheme != "rae" and (job.baseline_in or job.baseline_out):
+        raise SpagInputError(f"--baseline-in/--baseline-out are rae's; the scheme is {job.scheme}")
+    baselines = None
+    if job.scheme == "rae":
+        baselines = (
+            RoleBaselines.load(job.baseline_in, job.baseline_decay)
+            if job.baseline_in
+            else RoleBaselines(job.baseline_decay)
+        )
     game = load_game(job.game)
     prompts = game.load_prompts(job.prompts)
     episodes = read_parquet(job.episodes, what="episodes")
@@ -52,8 +66,15 @@ def run(args: argparse.Namespace) -> int:
         sft_source=str(job.sft_data),
         game=game,
         control=job.control,
+        baselines=baselines,
+        drop_zero_advantage=job.drop_zero_advantage,
+        rule_break_cost=job.rule_break_cost,
     )
     write_parquet(samples, job.output)
+    if baselines is not None:
+        if job.baseline_out:
+            baselines.save(job.baseline_out)
+        log.info("role baselines after these games: %s", baselines.values)
     n_game = samples.num_rows - (sft.num_rows if sft is not None else 0)
     log.info(
         "%s: %d samples (%d from games%s, %d SFT) from %d episodes",

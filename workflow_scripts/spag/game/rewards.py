@@ -11,10 +11,13 @@ roles carry half of the total weight each (``role_weights``).
 
 from __future__ import annotations
 
+import functools
+import json
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -75,7 +78,86 @@ def zero_sum(
     return sorted(picked)
 
 
-REWARD_SCHEMES: dict[str, RewardScheme] = {"winners": winners, "zero_sum": zero_sum}
+@dataclass
+class RoleBaselines:
+    """``rae``'s baselines: per role, an exponential moving average of that role's results
+    over the games in order, carried from epoch to epoch (``save``/``load``)."""
+
+    decay: float
+    values: dict[str, float] = field(default_factory=dict)
+    games: dict[str, int] = field(default_factory=dict)
+
+    def advantage(self, role: str, result: float) -> float:
+        """Fold ``result`` into ``role``'s baseline, then return the result minus it (the
+        order of SPIRAL's Algorithm 1: the game's own result is in the baseline)."""
+        b = self.decay * self.values.get(role, 0.0) + (1.0 - self.decay) * result
+        self.values[role] = b
+        self.games[role] = self.games.get(role, 0) + 1
+        return result - b
+
+    def save(self, path: str | Path) -> None:
+        from spag.data.tables import atomic_path
+
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(
+                {"decay": self.decay, "values": self.values, "games": self.games},
+                indent=1, sort_keys=True,
+            ) + "\n")  # fmt: skip
+
+    @classmethod
+    def load(cls, path: str | Path, decay: float) -> RoleBaselines:
+        """The baselines an earlier epoch left in ``path``, refused naming the file where it
+        is not one or was kept under another decay."""
+        try:
+            data = json.loads(Path(path).read_text())
+            values = {str(k): float(v) for k, v in data["values"].items()}
+            games = {str(k): int(v) for k, v in data["games"].items()}
+            kept = float(data["decay"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise SpagInputError(f"{path}: not a file of role baselines ({exc})") from None
+        if kept != decay:
+            raise SpagInputError(
+                f"{path}: baselines kept with rewards.baseline_decay {kept:g}, this epoch "
+                f"asks {decay:g}: rerun from the first epoch with one decay"
+            )
+        return cls(decay, values, games)
+
+
+def rae(
+    game: Game,
+    episode: Episode,
+    outcome: str,
+    n: int,
+    decay: float,
+    *,
+    baselines: RoleBaselines,
+    drop_zero: bool = False,
+    rule_break_cost: float | None = None,
+) -> list[tuple[int, float]]:
+    """Role-conditioned advantages (SPIRAL's RAE): each role's zero-sum result (as
+    ``zero_sum``; ``rule_break_cost`` replaces the game's own cost of a rule break) minus
+    that role's baseline, given as the paper's discounted, normalised shares over the
+    role's messages. Every game moves the baselines; with ``drop_zero`` a role whose
+    advantage is 0 gives no samples."""
+    breaker = game.rule_breaker(outcome)
+    picked = []
+    for role in game.roles:
+        result = game.result(outcome, role)
+        if breaker is not None and rule_break_cost is not None:
+            result = -rule_break_cost if role == breaker else rule_break_cost
+        advantage = baselines.advantage(role, result)
+        if advantage == 0 and drop_zero:
+            continue
+        picked += _discounted(episode, role, n, decay, advantage)
+    return sorted(picked)
+
+
+REWARD_SCHEMES: dict[str, RewardScheme] = {
+    "winners": winners,
+    "zero_sum": zero_sum,
+    # Its baselines are bound by assign_rewards (RewardsSettings.baseline_decay).
+    "rae": rae,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +175,22 @@ class RewardsSettings(Checked):
         "the decay of section 3: a message k turns before the end gets (1/decay_weight)^k "
         "before the rewards are normalised",
         gt=0,
+    )
+    baseline_decay: float = opt(
+        0.95,
+        "rae: decay of each role's baseline, an exponential moving average of that role's "
+        "results over the games in order, carried from epoch to epoch",
+        gt=0,
+        lt=1,
+    )
+    drop_zero_advantage: bool = opt(
+        False, "rae: a role whose advantage in a game is 0 gives no samples of that game"
+    )
+    rule_break_cost: float | None = opt(
+        None,
+        "rae: what a rule break costs its breaker (and gives the other role); null: the "
+        "game's own cost (1)",
+        ge=0,
     )
     control: bool = opt(
         False,
@@ -207,6 +305,9 @@ def assign_rewards(
     sft_source: str = "sft data",
     game: Game,
     control: bool = RewardsSettings.control,
+    baselines: RoleBaselines | None = None,
+    drop_zero_advantage: bool = RewardsSettings.drop_zero_advantage,
+    rule_break_cost: float | None = RewardsSettings.rule_break_cost,
 ) -> pa.Table:
     """Judge the episodes and build the samples table (``SAMPLE_SCHEMA``).
 
@@ -214,7 +315,8 @@ def assign_rewards(
     The randomised prompts depend only on ``seed`` and the input. ``source`` and
     ``sft_source`` name the inputs in error messages. With ``control`` every game row
     weighs 0: the table, hence the trainer's batches and steps, is the one SPAG would
-    train on, but nothing is learned from the games.
+    train on, but nothing is learned from the games. ``rae`` reads and moves
+    ``baselines`` (the previous epoch's, or new ones at 0).
     """
     if not decay_weight > 0:
         raise SpagInputError(f"decay weight must be positive, got {decay_weight}")
@@ -228,12 +330,18 @@ def assign_rewards(
     samples = _Samples()
     rand = random.Random(seed).random
     episodes = iter_episodes(table, source, game=game)
+    pick = REWARD_SCHEMES[scheme]
+    if pick is rae:
+        if baselines is None:
+            baselines = RoleBaselines(RewardsSettings.baseline_decay)
+        pick = functools.partial(rae, baselines=baselines, drop_zero=drop_zero_advantage,
+                                 rule_break_cost=rule_break_cost)  # fmt: skip
     sampled, _ = _game_rows(
         game,
         episodes,
         prompts,
         rand,
-        REWARD_SCHEMES[scheme],
+        pick,
         lambda r: 0.0,
         samples,
         decay_weight,
