@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The Kuhn Poker study: each config x reward scheme x seed, from nothing, as whole runs.
 #   perf/results/kuhn-poker/run_study.sh tiny smollm2     (from the project root)
-#   PEFT=lora perf/results/kuhn-poker/run_study.sh tiny   both stages train LoRA adapters
-#                                                         (imitation.peft, spag.peft: {})
+#   PEFT=lora perf/results/kuhn-poker/run_study.sh tiny   both stages train LoRA adapters:
+#     the config overlay peft-<PEFT>.yaml beside this script (peft-lora.yaml: the default
+#     adapter; peft-lora-lr10.yaml: the same at ten times the learning rates;
+#     peft-spag-lora.yaml: M0 fully fine-tuned, the SPAG epochs with the adapter)
 # Each run is a fresh copy of the workflow under $STUDY_DIR (default /tmp/kuhn-study);
-# its tables are copied here, to <config>[-lora]-<scheme>-s<seed>/, with its wall time.
+# its tables are copied here, to <config>[-<PEFT>]-<scheme>-s<seed>/, with its wall time.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 project=$(cd "$here/../../.." && pwd)
@@ -21,12 +23,9 @@ for config in "$@"; do
       (cd "$project" && git ls-files -co --exclude-standard -- Snakefile config.yaml configs rules \
         data profiles report envs | tar cf - -T -) | tar xf - -C "$wd"
       files=("configs/kuhn-poker-$config.yaml")
-      if [ "$peft" = lora ]; then
-        printf 'imitation:\n  peft: {}\nspag:\n  peft: {}\n' > "$wd/lora.yaml"
-        files+=(lora.yaml)
-      elif [ -n "$peft" ]; then
-        echo "PEFT=$peft: only 'lora' is known" >&2
-        exit 2
+      if [ -n "$peft" ]; then
+        cp "$here/peft-$peft.yaml" "$wd/peft.yaml"
+        files+=(peft.yaml)
       fi
       start=$(date +%s)
       (cd "$wd" && snakemake -c2 all --configfile "${files[@]}" \
