@@ -36,6 +36,13 @@ for config in "$@"; do
       cp "$wd"/results/summary/{poker,epochs,eval_games}.tsv "$out/"
       cp "$wd"/results/eval/strategy/*.tsv "$out/strategy/"
       cp "$wd"/results/plots/exploitability.png "$out/"
+      # Each training stage: Snakemake's benchmark (wall, peak memory) and the loss log
+      # (tokens/s per step).
+      mkdir -p "$out/train"
+      for stage in imitation $(cd "$wd/results" && ls -d epoch* | sort -V); do
+        cp "$wd/results/benchmarks/$stage/train.tsv" "$out/train/$stage.benchmark.tsv"
+        cp "$wd/results/$stage/loss.tsv" "$out/train/$stage.loss.tsv"
+      done
       printf 'config\tpeft\tscheme\tseed\twall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$config" "${peft:-none}" "$scheme" "$seed" "$((end - start))" "$(date -u +%FT%TZ)" \
         "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run.tsv"

@@ -52,7 +52,10 @@ def main() -> None:
                 mean = sum(vals) / len(vals)
                 cells.append(f"{mean:+.3f} ({', '.join(f'{v:+.3f}' for v in vals)})")
             print(f"| {m} | " + " | ".join(cells) + " |")
-        print(f"\nEach cell: the mean over seeds {', '.join(map(str, order))} (each seed's value).\n")
+        print(
+            f"\nEach cell: the mean over seeds {', '.join(map(str, order))} (each seed's value).\n"
+        )
+        train_table(seeds, order)
         eq = kuhn.equilibrium()
         print("| seat | card | moves so far | aggressive move | equilibrium | "
               + " | ".join(f"M0 s{s}" for s in order) + " | "
@@ -71,6 +74,31 @@ def main() -> None:
             print(f"| {infoset[0]} | {infoset[1]} | {key[2]} | {agg} | "
                   f"{float(eq[infoset][agg]):.2f} | " + " | ".join(cells) + " |")  # fmt: skip
         print()
+
+
+def train_table(seeds: dict[int, tuple[Path, dict]], order: list[int]) -> None:
+    """Each training stage's wall time, peak memory and tokens/s, where the runs kept them
+    (train/<stage>.benchmark.tsv and .loss.tsv)."""
+    if not all((seeds[s][0] / "train").is_dir() for s in order):
+        return
+    stages = sorted(
+        (p.name.removesuffix(".benchmark.tsv") for p in (seeds[order[0]][0] / "train").glob(
+            "*.benchmark.tsv")),
+        key=lambda name: (name != "imitation", name),
+    )  # fmt: skip
+    print("| stage | wall s | peak memory MB | tokens/s (mean over steps) |")
+    print("|---|---|---|---|")
+    for stage in stages:
+        cells = {"s": [], "max_rss": [], "tokens_per_s": []}
+        for s in order:
+            folder = seeds[s][0] / "train"
+            bench = read(folder / f"{stage}.benchmark.tsv")[0]
+            cells["s"].append(f"{float(bench['s']):.0f}")
+            cells["max_rss"].append(f"{float(bench['max_rss']):.0f}")
+            steps = [float(r["tokens_per_s"]) for r in read(folder / f"{stage}.loss.tsv")]
+            cells["tokens_per_s"].append(f"{sum(steps) / len(steps):.0f}")
+        print(f"| {stage} | " + " | ".join(", ".join(v) for v in cells.values()) + " |")
+    print(f"\nSeeds {', '.join(map(str, order))}, in that order in each cell.\n")
 
 
 if __name__ == "__main__":
