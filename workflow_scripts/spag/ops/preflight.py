@@ -12,8 +12,9 @@ Checks (each only where the family needs it): the hosts, GPUs (names, memory), t
 and its CUDA, the driver's CUDA, CUDA working (a real allocation and product), the
 generation backend importable (vLLM: a real engine started on the base model for one
 token, as a shard job starts it, and the games it holds at once),
-DeepSpeed's compiled ops built in the node's folder, a collective across every rank
-(NCCL on GPUs, else gloo), threads per rank, free disk where results and checkpoints
+DeepSpeed's compiled ops built in the node's folder, each training stage's estimated
+memory per GPU against the GPU found, a collective across every rank (NCCL on GPUs,
+else gloo), threads per rank, free disk where results and checkpoints
 go, the base model present offline, an endpoint answering ``GET /v1/models``.
 """
 
