@@ -28,12 +28,18 @@ def _train_cmd(model, scored, out, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _scored(model, tmp_path, rows: int, seed: int, batch_size: int):
+    """``rows`` samples scored under ``model`` (what a SPAG epoch trains on)."""
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(rows, seed=seed))
+    scored = tmp_path / "scored.parquet"
+    score_file(model, samples, scored, batch_size=batch_size, max_length=96)
+    return scored
+
+
 def test_zero3_offload_one_rank(tiny_model_dir, tmp_path):
     """The paper's config on one rank: CPU Adam and offloaded parameters; step 0's ratio
     is 1 (scored and trained on the same packed attention path)."""
-    samples = write_samples(tmp_path / "samples.parquet", sample_rows(8, seed=3))
-    scored = tmp_path / "scored.parquet"
-    score_file(tiny_model_dir, samples, scored, batch_size=4, max_length=96)
+    scored = _scored(tiny_model_dir, tmp_path, 8, seed=3, batch_size=4)
     out = tmp_path / "run"
     cmd = _train_cmd(
         tiny_model_dir, scored, out, "--deepspeed", "zero3_offload", "--max-steps", "1",
@@ -53,9 +59,7 @@ def test_zero3_offload_one_rank(tiny_model_dir, tmp_path):
 def test_zero3_two_ranks_on_cpu(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    samples = write_samples(tmp_path / "samples.parquet", sample_rows(16, seed=5))
-    scored = tmp_path / "scored.parquet"
-    score_file(tiny_model_dir, samples, scored, batch_size=8, max_length=96)
+    scored = _scored(tiny_model_dir, tmp_path, 16, seed=5, batch_size=8)
     out = tmp_path / "run"
     cmd = [
         shutil.which("torchrun"), "--standalone", "--nproc_per_node", "2", "--no-python",
@@ -100,9 +104,7 @@ def test_zero3_offload_with_an_adapter_checkpointing_and_resume(tiny_model_dir, 
     the one before with the adapter's optimizer state."""
     from safetensors.torch import load_file
 
-    samples = write_samples(tmp_path / "samples.parquet", sample_rows(8, seed=7))
-    scored = tmp_path / "scored.parquet"
-    score_file(tiny_model_dir, samples, scored, batch_size=4, max_length=96)
+    scored = _scored(tiny_model_dir, tmp_path, 8, seed=7, batch_size=4)
     out = tmp_path / "run"
     cmd = _train_cmd(
         tiny_model_dir, scored, out, "--deepspeed", "zero3_offload", "--max-steps", "2",

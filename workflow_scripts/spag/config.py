@@ -14,7 +14,7 @@ import json
 import math
 import os
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -426,15 +426,23 @@ def _refuse_unused_reward_settings(
     from spag.game.rewards import RewardsSettings
 
     scheme = config["rewards"]["scheme"]
-    set_here = given.get("rewards") or {}
     if scheme == "rae":
         return
-    for key in RAE_SETTINGS:
-        if key in set_here and set_here[key] != RewardsSettings.__dataclass_fields__[key].default:
-            raise SpagInputError(
-                f"{source}: key 'rewards.{key}' is a setting of rewards.scheme rae; "
-                f"'rewards.scheme' is {scheme}"
-            )
+    unused = _set_off_default(given.get("rewards"), RewardsSettings, RAE_SETTINGS)
+    if unused:
+        raise SpagInputError(
+            f"{source}: key 'rewards.{unused[0]}' is a setting of rewards.scheme rae; "
+            f"'rewards.scheme' is {scheme}"
+        )
+
+
+def _set_off_default(set_here: dict[str, Any] | None, cls: type, keys: Iterable[str]) -> list[str]:
+    """Which of ``keys`` the user set to something else than ``cls``'s default (a config
+    validated once holds every default: validating it again passes)."""
+    set_here = set_here or {}
+    return sorted(
+        k for k in keys if k in set_here and set_here[k] != cls.__dataclass_fields__[k].default
+    )
 
 
 def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], source: str) -> None:
@@ -445,11 +453,8 @@ def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], s
 
     for stage in STAGE_OBJECTIVE:
         objective = config[stage]["objective"]
-        set_here = given.get(stage) or {}
-        unused = sorted(
-            k
-            for k in COEFFICIENTS - set(coefficients(objective))
-            if k in set_here and set_here[k] != StageSettings.__dataclass_fields__[k].default
+        unused = _set_off_default(
+            given.get(stage), StageSettings, COEFFICIENTS - set(coefficients(objective))
         )
         if unused:
             raise SpagInputError(
