@@ -22,8 +22,10 @@ Steps:
   the small model's log-probs on the GPU against the CPU's in fp32; fp32 attention
   with grouped queries against the same heads expanded;
 - ``training``: ``spag train`` steps for each precision pairing of training and
-  reference scores (fp32, ZeRO-3 bf16, autocast bf16, ZeRO-3 with CPU offload):
-  step time, peak memory, the first step's ratio and KL.
+  reference scores (fp32, ZeRO-3 bf16, autocast bf16, ZeRO-3 with CPU offload) and
+  for LoRA (alone and under ZeRO-3, with and without activation checkpointing): step
+  time, peak memory against ``spag training-memory``'s estimate, the first step's
+  ratio and KL.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import random
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -561,6 +563,7 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
                 peak_bytes=_peak_since(device, base))  # fmt: skip
 
 
+LORA = ["--peft", "r=32", "lora_alpha=64"]
 # Training's pairings: (name, spag train flags, the scores' dtype). On the CPU, bf16
 # goes only through autocast (the Trainer refuses bf16 with DeepSpeed there).
 PAIRINGS = (
@@ -570,11 +573,22 @@ PAIRINGS = (
     ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
     ("zero3_bf16_fp32_scores", ["--bf16", "--deepspeed", "zero3"], "float32"),
     ("zero3_offload_bf16", ["--bf16", "--deepspeed", "zero3_offload"], "bfloat16"),
+    # LoRA as configs/paper-llama2-7b-lora.yaml sets it, on a bf16 frozen base: alone,
+    # and under ZeRO-3, each with and without activation checkpointing.
+    ("lora_bf16", ["--bf16", *LORA], "bfloat16"),
+    ("lora_bf16_checkpointing", ["--bf16", "--activation-checkpointing", *LORA], "bfloat16"),
+    ("lora_zero3_bf16", ["--bf16", "--deepspeed", "zero3", *LORA], "bfloat16"),
+    (
+        "lora_zero3_bf16_checkpointing",
+        ["--bf16", "--deepspeed", "zero3", "--activation-checkpointing", *LORA],
+        "bfloat16",
+    ),
 )
 CPU_PAIRINGS = (
     ("fp32", [], "float32"),
     ("zero3_fp32", ["--deepspeed", "zero3"], "float32"),
     ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
+    ("lora_bf16", ["--bf16", "--peft", "r=4", "lora_alpha=8"], "bfloat16"),
 )
 
 
@@ -652,6 +666,7 @@ def train_one(args: argparse.Namespace, rec: Recorder, spag_args: list[str]) -> 
     out = Path(spag_args[spag_args.index("--loss-log") + 1])
     with out.open() as fh:
         first = next(csv.DictReader(fh, delimiter="\t"))
+    estimate = _memory_estimate(spag_args)
     rec(
         "pairing",
         name=args.name,
@@ -664,6 +679,42 @@ def train_one(args: argparse.Namespace, rec: Recorder, spag_args: list[str]) -> 
         first_step={
             k: first.get(k) for k in ("loss", "kl", "ratio_mean", "ratio_min", "ratio_max")
         },
+        estimate_bytes=round(estimate.total_gib * 2**30),
+        estimate_parts_gib={
+            k: round(v, 3)
+            for k, v in asdict(estimate).items()
+            if k != "host_gib" and k.endswith("_gib")
+        },
+    )
+
+
+def _memory_estimate(spag_args: list[str]):
+    """``spag training-memory``'s estimate for this job (spag.ops.capacity), to set
+    beside the peak it measured."""
+    from spag.ops.capacity import ZeroLayout, model_config, training_memory
+    from spag.training.distributed import resolve_deepspeed
+
+    def value(flag: str) -> str | None:
+        return spag_args[spag_args.index(flag) + 1] if flag in spag_args else None
+
+    ds = resolve_deepspeed(value("--deepspeed"))
+    peft = {}
+    if "--peft" in spag_args:
+        for word in spag_args[spag_args.index("--peft") + 1 :]:
+            if word.startswith("--"):
+                break
+            key, _, v = word.partition("=")
+            peft[key] = v
+    config, parameters = model_config(value("--model"))
+    return training_memory(
+        config,
+        per_device_batch_size=int(value("--per-device-batch-size")),
+        max_length=int(value("--max-length")),
+        bf16="--bf16" in spag_args,
+        activation_checkpointing="--activation-checkpointing" in spag_args,
+        zero=ZeroLayout.from_config(json.loads(Path(ds).read_text()) if ds else None),
+        lora_rank=int(peft["r"]) if peft else None,
+        parameters=parameters,
     )
 
 

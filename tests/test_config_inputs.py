@@ -31,18 +31,24 @@ def test_defaults_sample_as_the_reference():
 def test_reference_scores_in_another_precision_than_training_are_refused():
     """Step 0's ratio is 1 only if the reference was scored as training computes."""
     bf16 = {"bf16": True, "deepspeed": "zero3"}
+    NEITHER = r"key 'spag.bf16' is true without 'spag.deepspeed' or 'spag.peft'"  # noqa: N806
     with pytest.raises(SpagInputError, match=r"'scoring.dtype' is bfloat16, but 'imitation.bf16'"):
         _config(scoring={"dtype": "bfloat16"})
     with pytest.raises(
         SpagInputError, match=r"'scoring.dtype' is float32, but 'spag.bf16' is true"
     ):
         _config(spag=bf16)
-    with pytest.raises(SpagInputError, match=r"key 'spag.bf16' is true without 'spag.deepspeed'"):
+    with pytest.raises(SpagInputError, match=NEITHER):
         _config(imitation=bf16, spag={"bf16": True}, scoring={"dtype": "bfloat16"})
-    with pytest.raises(SpagInputError, match=r"key 'spag.bf16' is true without 'spag.deepspeed'"):
+    with pytest.raises(SpagInputError, match=NEITHER):
         _config(
             imitation=bf16, spag={"bf16": True, "deepspeed": "none"}, scoring={"dtype": "bfloat16"}
         )
+    # Under an adapter the frozen base is loaded in bfloat16, DeepSpeed or not.
+    lora = {"bf16": True, "peft": {"r": 8}}
+    assert _config(imitation=lora, spag=lora, scoring={"dtype": "bfloat16"})
+    with pytest.raises(SpagInputError, match=r"'scoring.dtype' is float32, but 'spag.bf16'"):
+        _config(spag=lora)
     paper = yaml.safe_load((REPO / "configs/paper-llama2-7b.yaml").read_text())
     assert validate_config(paper)["scoring"]["dtype"] == "bfloat16"  # bf16 under ZeRO-3
     assert _config(imitation=bf16, spag=bf16, scoring={"dtype": "bfloat16"})

@@ -36,9 +36,10 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     assert agreement["float32"]["max_abs"] == 0.0
     assert 0 < agreement["bfloat16"]["max_abs"] < 0.1
     pairings = {r["name"]: r for r in measured("training", "pairing")}
-    assert set(pairings) == {"fp32", "zero3_fp32", "autocast_bf16_fp32_scores"}
+    assert set(pairings) == {"fp32", "zero3_fp32", "autocast_bf16_fp32_scores", "lora_bf16"}
+    assert all(p["estimate_bytes"] > 0 for p in pairings.values())
     # Scores in training's own precision: the first step's ratio is 1 up to rounding.
-    for name in ("fp32", "zero3_fp32"):
+    for name in ("fp32", "zero3_fp32", "lora_bf16"):
         first = pairings[name]["first_step"]
         assert abs(float(first["ratio_mean"]) - 1) < 1e-5 and abs(float(first["kl"])) < 1e-5
     assert all(len(p["step_seconds"]) == 2 for p in pairings.values())

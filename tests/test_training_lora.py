@@ -8,7 +8,8 @@ import csv
 import json
 
 import pytest
-from test_training_run import _train_args, scored  # noqa: F401 - the module's scored samples
+from test_training_run import MAX_LENGTH, _train_args, scored  # noqa: F401 - the module's scored samples
+from training_samples import sample_rows, write_samples
 
 from spag.cli import main
 from spag.config import validate_config
@@ -60,6 +61,36 @@ def test_an_adapter_trains_and_the_stage_writes_the_merged_model(scored, tiny_mo
     assert abs(float(rows[0]["ratio_max"]) - 1.0) <= 1e-5
     info = json.loads((out / "spag_training.json").read_text())
     assert info["peft"]["r"] == 4 and info["peft"]["target_modules"] == ["q_proj", "v_proj"]
+
+
+def test_an_adapter_in_bf16_trains_on_a_bf16_base_without_deepspeed(tiny_model_dir, tmp_path):
+    """With ``bf16`` an adapter's frozen base is loaded in bfloat16 (no master weights to
+    keep) and the adapter trains in float32 under autocast: the reference scored in
+    bfloat16 is the step's own forward, and the merged model is written in bfloat16."""
+    import torch
+    from safetensors.torch import load_file
+
+    from spag.training.scoring import score_file
+
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(16))
+    scored_bf16 = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored_bf16, batch_size=4, max_length=MAX_LENGTH,
+               dtype="bfloat16")  # fmt: skip
+    rc = main(_train_args(tiny_model_dir, scored_bf16, tmp_path, "--objective", "offline_po",
+                          "--max-steps", "2", "--bf16", *ADAPTER))  # fmt: skip
+    assert rc == 0
+    adapter = load_file(tmp_path / "model" / "adapter" / "adapter_model.safetensors")
+    assert adapter and {t.dtype for t in adapter.values()} == {torch.float32}
+    base = load_file(tiny_model_dir / "model.safetensors")
+    merged = load_file(tmp_path / "model" / "model.safetensors")
+    assert {t.dtype for t in merged.values()} == {torch.bfloat16}
+    kept = [k for k in base if not k.endswith(("q_proj.weight", "v_proj.weight"))]
+    assert all(torch.equal(merged[k], base[k].to(torch.bfloat16)) for k in kept)
+    with (tmp_path / "loss.tsv").open() as fh:
+        first = next(csv.DictReader(fh, delimiter="\t"))
+    # B = 0 at step 1: the policy is the scored model (float32 weights under autocast
+    # would not be: see tests/test_config_inputs.py).
+    assert abs(float(first["ratio_min"]) - 1) < 1e-5 and abs(float(first["ratio_max"]) - 1) < 1e-5
 
 
 def test_a_target_module_the_model_has_not_is_named(scored, tiny_model_dir, tmp_path, capsys):  # noqa: F811

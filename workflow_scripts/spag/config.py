@@ -532,14 +532,15 @@ def _check_reference_precision(config: dict[str, Any], stage: str, source: str) 
     bf16, deepspeed = config[stage]["bf16"], config[stage]["deepspeed"]
     scored = config["scoring"]["dtype"]
     # "none" is no DeepSpeed, as for the training step.
-    trained = weights_dtype(bf16, resolve_deepspeed(deepspeed))
+    trained = weights_dtype(bf16, resolve_deepspeed(deepspeed), config[stage]["peft"] is not None)
     if trained is None:
         raise SpagInputError(
-            f"{source}: key '{stage}.bf16' is true without '{stage}.deepspeed': training "
-            "would run float32 weights under bfloat16 autocast, a precision that no "
-            "'scoring.dtype' reproduces, so the reference log-probs would move step 0's "
-            f"ratio away from 1 and shift the KL term; set '{stage}.deepspeed' (bfloat16 "
-            f"weights, scored with 'scoring.dtype: bfloat16') or '{stage}.bf16: false'"
+            f"{source}: key '{stage}.bf16' is true without '{stage}.deepspeed' or "
+            f"'{stage}.peft': training would run float32 weights under bfloat16 autocast, "
+            "a precision that no 'scoring.dtype' reproduces, so the reference log-probs "
+            "would move step 0's ratio away from 1 and shift the KL term; set "
+            f"'{stage}.deepspeed' or '{stage}.peft' (bfloat16 weights, scored with "
+            f"'scoring.dtype: bfloat16') or '{stage}.bf16: false'"
         )
     if scored != trained:
         raise SpagInputError(

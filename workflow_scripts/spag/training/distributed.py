@@ -72,10 +72,12 @@ def end_distributed() -> None:
         dist.destroy_process_group()
 
 
-def weights_dtype(bf16: bool, deepspeed: str | None) -> str | None:
-    """The dtype of the weights a training step runs: bfloat16 only under DeepSpeed
-    (its engine keeps float32 master weights); alone, the Trainer keeps float32 weights
-    and runs them under bfloat16 autocast with ``bf16`` (None: a mixed forward)."""
+def weights_dtype(bf16: bool, deepspeed: str | None, adapter: bool = False) -> str | None:
+    """The dtype of the weights a training step runs: bfloat16 under DeepSpeed (its
+    engine keeps float32 master weights) or under an adapter (a frozen base needs no
+    master weights; peft keeps the adapter in float32 and the Trainer's autocast runs it
+    in bfloat16); alone, the Trainer keeps float32 weights and runs them under bfloat16
+    autocast with ``bf16`` (None: a mixed forward)."""
     if not bf16:
         return "float32"
-    return "bfloat16" if deepspeed else None
+    return "bfloat16" if deepspeed or adapter else None

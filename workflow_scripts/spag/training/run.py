@@ -124,7 +124,8 @@ def train(cfg: TrainConfig) -> Path:
     from spag.training.trainer import LossLogCallback, SpagTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
-    load_dtype = getattr(torch, weights_dtype(cfg.bf16, deepspeed_config) or "float32")
+    adapter = cfg.peft is not None
+    load_dtype = getattr(torch, weights_dtype(cfg.bf16, deepspeed_config, adapter) or "float32")
     model = AutoModelForCausalLM.from_pretrained(
         cfg.model,
         dtype=load_dtype,
