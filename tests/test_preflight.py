@@ -338,12 +338,13 @@ def test_training_memory_is_planned_from_the_model_and_warned_on_a_small_gpu(tmp
         config = deep_merge(config, yaml.safe_load((REPO / name).read_text()))
     config["base_model"]["name_or_path"] = str(model)
     lora = validate_config(config, source="test")
-    assert training_memory_plan(lora, tmp_path / "none") == {"imitation": 19.4, "spag": 19.4}
+    assert training_memory_plan(lora, tmp_path / "none") == {"imitation": 18.9, "spag": 18.9}
     full = validate_config(
-        deep_merge(lora, {"imitation": {"peft": None}, "spag": {"peft": None}}), source="test"
+        deep_merge(lora, {s: {"peft": None, "deepspeed": "zero3"} for s in ("imitation", "spag")}),
+        source="test",
     )
     planned = training_memory_plan(full, tmp_path / "none")
-    assert planned == {"imitation": 106.1, "spag": 106.1}
+    assert planned == {"imitation": 107.7, "spag": 107.7}
     # The embedded model is built by the run: nothing to read when it is planned.
     assert training_memory_plan(validate_config({}, source="test"), tmp_path / "none") == {}
 
@@ -354,9 +355,9 @@ def test_training_memory_is_planned_from_the_model_and_warned_on_a_small_gpu(tmp
     assert row.status == "info"
     assert row.detail.startswith("warning: imitation, spag need more memory than this GPU has")
     assert "imitation.peft/spag.peft" in row.detail
-    plan.training_gib = {"imitation": 19.4, "spag": 19.4}
+    plan.training_gib = {"imitation": 18.9, "spag": 18.9}
     assert _training_memory_row(plan).detail == (
-        "estimated per GPU: imitation 19.4 GiB, spag 19.4 GiB; NVIDIA A100-SXM4-80GB (80 GiB): fits"
+        "estimated per GPU: imitation 18.9 GiB, spag 18.9 GiB; NVIDIA A100-SXM4-80GB (80 GiB): fits"
     )
     # No GPU in this job: the common families, no warning.
     no_gpu = _training_memory_row(FamilyPlan(family="train", training_gib=planned)).detail

@@ -64,12 +64,18 @@ def test_full_and_lora_on_one_gpu_by_hand():
 
 def test_zero3_shards_the_states_and_offload_moves_them_to_the_host():
     zero3 = ZeroLayout.from_config(json.loads((DEEPSPEED_DIR / "zero3.json").read_text()))
-    assert zero3 == ZeroLayout(stage=3)
+    assert zero3 == ZeroLayout(stage=3, max_live_parameters=10**9)
     sharded = training_memory(LLAMA2_7B, zero=zero3, gpus=8, **PAPER)
     # 2 bf16 weights + 2 bf16 gradients + 12 fp32 master weights and moments, over 8 GPUs;
-    # the largest module gathered (the embeddings, 32,000 x 4096) with its gradients.
+    # up to stage3_max_live_parameters (1e9) gathered bf16 weights, and the largest
+    # module's gradients (the embeddings, 32,000 x 4096).
     assert sharded.states_gib * GIB == pytest.approx(16 * P / 8)
-    assert sharded.gathered_gib * GIB == 4 * 32_000 * 4096
+    assert sharded.gathered_gib * GIB == 2 * 10**9 + 2 * 32_000 * 4096
+    # An adapter has no gradients of the base to gather; a model under the limit is
+    # gathered whole.
+    lora = training_memory(LLAMA2_7B, zero=ZeroLayout(3, max_live_parameters=10**10),
+                           lora_rank=16, **PAPER)  # fmt: skip
+    assert lora.gathered_gib * GIB == 2 * P
 
     offload = json.loads((DEEPSPEED_DIR / "zero3_offload_fp32_grads.json").read_text())
     layout = ZeroLayout.from_config(offload)
@@ -91,8 +97,8 @@ def test_command_on_the_paper_config(tmp_path, capsys):
     model = tmp_path / "config.json"
     model.write_text(json.dumps(LLAMA2_7B))
     one_gpu = tmp_path / "one_gpu.yaml"
-    # One GPU under ZeRO-3 without offload: bf16 weights (bf16 without DeepSpeed is
-    # refused: no reference precision reproduces autocast's).
+    # One GPU under ZeRO-3 without offload: bf16 weights (bf16 full fine-tuning without
+    # DeepSpeed is refused: no reference precision reproduces autocast's).
     one_gpu.write_text("resources: {train: {gpus: 1, nodes: 1}}\nspag: {deepspeed: zero3}\n")
     configs = [str(REPO / "config.yaml"), str(REPO / "configs/paper-llama2-7b.yaml")]
     assert main(["training-memory", "--model", str(model), "--configfile", *configs,
@@ -100,11 +106,11 @@ def test_command_on_the_paper_config(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "spag: 2 samples of 2048 tokens per GPU, 1 GPU(s) on 1 node(s)" in out
     full, lora = out.splitlines()[1:3]
-    # 16 bytes a parameter over one GPU, the gathered embeddings (0.49 GiB) added; the
-    # config's own method (peft: null) marked.
-    assert full.startswith("* full fine-tuning (6,738,415,616 trained parameters): 106.1 GiB")
+    # 16 bytes a parameter over one GPU, 1e9 gathered bf16 weights and the embeddings'
+    # gradients (2.1 GiB) added; the config's own method (peft: null) marked.
+    assert full.startswith("* full fine-tuning (6,738,415,616 trained parameters): 107.7 GiB")
     assert full.endswith("fits: H200")
-    assert lora.startswith("  LoRA r=16 (39,976,960 trained parameters): 18.8 GiB")
+    assert lora.startswith("  LoRA r=16 (39,976,960 trained parameters): 20.2 GiB")
     assert "fits: A100-40GB, A100-80GB / H100-80GB, H200" in lora
 
 
@@ -124,5 +130,7 @@ def test_the_lora_config_trains_each_stage_on_one_gpu(tmp_path, capsys):
         full, lora = lines[at + 1 : at + 3]
         assert full.startswith("  full fine-tuning") and "fits: H200" in full
         # r x (in + out) per projection at r = 32: twice the r = 16 count above.
-        assert lora.startswith("* LoRA r=32 (79,953,920 trained parameters): 19.4 GiB")
+        # No DeepSpeed on one GPU: nothing gathered.
+        assert lora.startswith("* LoRA r=32 (79,953,920 trained parameters): 18.9 GiB")
+        assert "gathered" not in lora
         assert "A100-40GB, A100-80GB / H100-80GB" in lora

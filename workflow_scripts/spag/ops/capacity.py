@@ -190,6 +190,9 @@ class ZeroLayout:
     offload_optimizer: bool = False
     offload_param: bool = False
     fp32_grads: bool = False
+    # Gathered parameters ZeRO-3 keeps on a GPU before releasing any (DeepSpeed's
+    # stage3_max_live_parameters, its default 1e9).
+    max_live_parameters: int = 10**9
 
     @classmethod
     def from_config(cls, ds_config: dict[str, Any] | None) -> ZeroLayout:
@@ -202,11 +205,13 @@ class ZeroLayout:
             return (zero.get(key) or {}).get("device") in ("cpu", "nvme")
 
         accum = (ds_config.get("data_types") or {}).get("grad_accum_dtype")
+        live = zero.get("stage3_max_live_parameters", cls.max_live_parameters)
         return cls(
             stage=int(zero.get("stage", 0)),
             offload_optimizer=offloaded("offload_optimizer"),
             offload_param=offloaded("offload_param"),
             fp32_grads=accum == "fp32",
+            max_live_parameters=int(live) if isinstance(live, (int, float)) else 10**9,
         )
 
 
@@ -264,7 +269,7 @@ class TrainingMemory:
     trained_parameters: int
     weights_gib: float  # frozen weights (LoRA), or the trained ones' share of model states
     states_gib: float  # trained weights, gradients and optimizer moments on the GPU
-    gathered_gib: float  # ZeRO-3's working set of gathered modules
+    gathered_gib: float  # ZeRO-3's working set of gathered weights (and gradients)
     activations_gib: float
     logits_gib: float
     overhead_gib: float
@@ -344,8 +349,12 @@ def training_memory(
             # buffers); the GPU keeps the gathered modules only.
             host = trained * state_bytes * 1.5 / max(nodes, 1)
             states = 0.0
-    # ZeRO-3 gathers a module's 16-bit weights (and its gradients on the way back).
-    gathered = 4 * largest if sharded else 0
+    # ZeRO-3 keeps up to max_live_parameters gathered 16-bit weights on the GPU beside
+    # its partition (one H200, a 0.85B model: the whole model gathered, 3.4 GiB above
+    # LoRA without DeepSpeed), and the largest module's gradients on the way back.
+    gathered = 0
+    if sharded:
+        gathered = 2 * min(zero.max_live_parameters, total) + (0 if lora_rank else 2 * largest)
     tokens = per_device_batch_size * max_length
     per_layer = activation_elements_per_token(config) * tokens * act_bytes
     h, layers = config["hidden_size"], config["num_hidden_layers"]
