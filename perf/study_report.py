@@ -74,7 +74,9 @@ def against_m0(folder: Path) -> dict[Key, Diff]:
             if r["model"] == "imitation" or not r.get("paired_mrr_best_diff"):
                 continue
             d = (_f(r["paired_mrr_best_diff"]), _f(r["paired_lo"]), _f(r["paired_hi"]), math.nan)
-            out["M(e) - M0", r["model"], name, r[column]] = d
+            # Tables of runs scored before calibration have no rank column (raw ranks).
+            label = name if r.get("rank", "raw") == "raw" else f"{name} ({r['rank']})"
+            out["M(e) - M0", r["model"], label, r[column]] = d
     for r in _rows(folder / "reasoning.tsv"):
         if r["model"] != "imitation" and _f(r.get("paired_pairs")) > 0:
             d = tuple(_f(r[f"paired_{k}"]) for k in ("diff", "lo", "hi", "p"))
@@ -87,6 +89,11 @@ ARM_METRICS = {
     **{f"sampled_{m}_rate": f"sampled {w}" for m, w in GAME_METRICS.items()},
     **{f"hints_mrr_{w}": f"hint MRR, {w} message" for w in ("first", "last", "best")},
     **{f"inference_mrr_{w}": f"inference MRR, {w} message" for w in ("first", "last", "best")},
+    **{
+        f"{k}_calibrated_mrr_{w}": f"{n} MRR, {w} message (calibrated)"
+        for k, n in (("hints", "hint"), ("inference", "inference"))
+        for w in ("first", "last", "best")
+    },
 }
 
 
@@ -180,8 +187,10 @@ def levels(runs: dict[str, Path]) -> list[str]:
             for a in ("SPAG", "control")}  # fmt: skip
     tables = {}
     for key, d in arms.items():
+        # The levels table shows the calibrated hint ranks where the run has them.
         by = {
-            name: {(r["model"], r[col]): r for r in _rows(d / f"{name}.tsv")}
+            name: {(r["model"], r[col]): r for r in _rows(d / f"{name}.tsv")
+                   if r.get("rank", "calibrated") == "calibrated"}
             for name, col in (("eval_games", "role"), ("eval_sampled", "role"),
                               ("hints", "role"), ("inference", "source"))
         }  # fmt: skip

@@ -12,10 +12,12 @@ import pytest
 from spag.errors import SpagInputError
 from spag.evaluation.hints import (
     HINT_SCHEMA,
+    NEUTRAL_MESSAGE,
     Listener,
     distractors,
     hint_ranks,
     paired_difference,
+    ranks_in,
     summarize_hints,
     unique_dialogues,
 )
@@ -83,15 +85,55 @@ def test_ranks_one_row_per_attacker_message(tiny_model_dir):
         ("g1", 1, 0), ("g1", 2, 2), ("g2", 1, 0),
     ]  # fmt: skip
     assert all(1 <= r["rank"] <= 6 and r["candidates"] == 6 for r in rows)
+    assert all(1 <= r["calibrated_rank"] <= 6 for r in rows)
     # The message that breaks the rules (it says the word) is not graded.
     broke = _episode("g3", "apple", ["a fruit", "an apple a day"])
     rows = hint_ranks(listener, TABOO, TABOO.load_prompts(), [broke], WORDS, k=5, seed=0)
     assert rows.column("attacker_turn").to_pylist() == [1]
 
 
-def _table(rows, source="eval"):
+def test_the_calibrated_rank_subtracts_the_neutral_dialogues_log_probability(tiny_model_dir):
+    """Each guess's log-probability after the dialogue minus after a neutral one of the
+    same shape (every message "..."), as a plain scoring of both prompts computes."""
+    listener = Listener(
+        tiny_model_dir, prompt_format="raw", dtype="float32", device="cpu", trust_remote_code=False
+    )
+    prompts = TABOO.load_prompts()
+    eps = [_episode("g1", "apple", ["a fruit", "red and round"]), _episode("g2", "river", ["sea"])]
+    rows = hint_ranks(listener, TABOO, prompts, eps, WORDS, k=5, seed=0).to_pylist()
+    for ep in eps:
+        candidates = ["apple" if ep["episode_id"] == "g1" else "river"]
+        candidates += distractors(WORDS, candidates[0], 5, 0)
+        guesses = [TABOO.guess_text(w) for w in candidates]
+        for r in (r for r in rows if r["episode_id"] == ep["episode_id"]):
+            seen = ep["history"][: r["message"] + 1]
+            neutral = [{"role": m["role"], "content": NEUTRAL_MESSAGE} for m in seen]
+            after, before = (
+                listener.logprobs(TABOO.play_prompt(prompts, h, "defender", "x", 5), guesses)
+                for h in (seen, neutral)
+            )
+            lifted = [a - b for a, b in zip(after, before, strict=True)]
+            assert r["rank"] == 1 + sum(x > after[0] for x in after[1:])
+            assert r["calibrated_rank"] == 1 + sum(x > lifted[0] for x in lifted[1:])
+
+
+def test_ranks_scored_before_calibration_summarize_raw_only():
+    table = _table([("a", "apple", "attacker", 1, 2)], calibrated=[1])
+    assert ranks_in(table) == ("calibrated", "raw")
+    assert summarize_hints(table, "m")[0]["mrr_first"] == 1.0
+    assert summarize_hints(table, "m", rank="raw")[0]["mrr_first"] == 0.5
+    old = table.drop_columns(["calibrated_rank"])
+    assert ranks_in(old, table) == ("raw",)
+    assert summarize_hints(old, "m", rank="raw")[0]["rank"] == "raw"
+    with pytest.raises(SpagInputError, match="without 'calibrated_rank'"):
+        summarize_hints(old, "m")
+
+
+def _table(rows, source="eval", calibrated=None):
+    """Hint ranks of (episode, word, role, turn, rank) rows; the calibrated rank is
+    ``calibrated``'s, else the raw rank."""
     cols = {f.name: [] for f in HINT_SCHEMA}
-    for eid, word, role, turn, rank in rows:
+    for i, (eid, word, role, turn, rank) in enumerate(rows):
         cols["source"].append(source)
         for name, v in zip(("episode_id", "target_word", "policy_role", "attacker_turn", "rank"),
                            (eid, word, role, turn, rank), strict=True):  # fmt: skip
@@ -99,6 +141,7 @@ def _table(rows, source="eval"):
         cols["message"].append(2 * (turn - 1))
         cols["reciprocal_rank"].append(1 / rank)
         cols["candidates"].append(21)
+        cols["calibrated_rank"].append(rank if calibrated is None else calibrated[i])
     return pa.table(cols, schema=HINT_SCHEMA)
 
 
@@ -185,8 +228,19 @@ def test_clues_rank_the_secret_above_unrelated_words(smollm2_dir):
             _episode(f"{word}-clue", word, [clue]),
             _episode(f"{word}-other", word, [unrelated]),
         ]
-    rows = {r["episode_id"]: r["rank"] for r in
-            hint_ranks(listener, TABOO, TABOO.load_prompts(), eps, words, k=10, seed=0).to_pylist()}  # fmt: skip
-    better = [w for w, _, _ in HAND_MADE if rows[f"{w}-clue"] < rows[f"{w}-other"]]
-    print({w: (rows[f"{w}-clue"], rows[f"{w}-other"]) for w, _, _ in HAND_MADE})
-    assert len(better) == len(HAND_MADE), rows
+    table = hint_ranks(listener, TABOO, TABOO.load_prompts(), eps, words, k=10, seed=0)
+    separated = {}
+    for column in ("rank", "calibrated_rank"):
+        rows = {r["episode_id"]: r[column] for r in table.to_pylist()}
+        separated[column] = [w for w, _, _ in HAND_MADE if rows[f"{w}-clue"] < rows[f"{w}-other"]]
+        print(column, {w: (rows[f"{w}-clue"], rows[f"{w}-other"]) for w, _, _ in HAND_MADE})
+    # Both ranks separate every clue dialogue from its unrelated one; the calibrated rank
+    # by a reciprocal-rank gap at least as wide (0.83 against 0.40 when written).
+    assert len(separated["rank"]) == len(HAND_MADE), separated
+    assert len(separated["calibrated_rank"]) >= len(separated["rank"]), separated
+
+    def gap(column):
+        rr = {r["episode_id"]: 1 / r[column] for r in table.to_pylist()}
+        return sum(rr[f"{w}-clue"] - rr[f"{w}-other"] for w, _, _ in HAND_MADE) / len(HAND_MADE)
+
+    assert gap("calibrated_rank") >= gap("rank") > 0

@@ -99,10 +99,12 @@ def run(args: argparse.Namespace) -> int:
     write_parquet(table, args.output)
     elapsed = time.perf_counter() - started
     everyone = summarize_hints(table, "model")[-1]
+    raw = summarize_hints(table, "model", rank="raw")[-1]
     logging.getLogger("spag.score_hints").info(
         "%s: %d games, %d attacker messages in %.1f s (%.1f s per 1,000 games); "
-        "MRR after the best message %.3f, top-1 %.3f",
+        "MRR after the best message %.3f calibrated, %.3f raw; top-1 %.3f, %.3f",
         args.output, everyone["games"], table.num_rows, elapsed,
-        1000 * elapsed / max(everyone["games"], 1), everyone["mrr_best"], everyone["top1_best"],
+        1000 * elapsed / max(everyone["games"], 1), everyone["mrr_best"], raw["mrr_best"],
+        everyone["top1_best"], raw["top1_best"],
     )  # fmt: skip
     return 0

@@ -1,7 +1,8 @@
 """``spag summarize-hints``: per model and role, the graded hints' mean reciprocal rank
 and top-1 rate after the attacker's first, last and best message with 95% intervals,
 and each model's paired difference from the reference (M0) on the same words and
-roles (``results/summary/hints.tsv``)."""
+roles (``results/summary/hints.tsv``); by the calibrated rank and by the raw one (the
+``rank`` column)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
     from spag.data.tables import read_parquet
     from spag.errors import SpagInputError
-    from spag.evaluation.hints import paired_difference, summarize_hints
+    from spag.evaluation.hints import paired_difference, ranks_in, summarize_hints
     from spag.report.summary import write_tsv
 
     if len(args.models) != len(args.hints):
@@ -42,17 +43,18 @@ def run(args: argparse.Namespace) -> int:
     if args.reference not in tables:
         raise SpagInputError(f"--reference {args.reference}: not among --models")
     rows = []
-    for model, table in tables.items():
-        for row in summarize_hints(table, model, by=args.by):
-            group, ref, own = row[args.by], tables[args.reference], table
-            column = "policy_role" if args.by == "role" else "source"
-            if group != "all":
-                own = own.filter(pc.equal(own[column], group))
-                ref = ref.filter(pc.equal(ref[column], group))
-            pair_by = ("word", "role") if args.by == "role" else ("source", "episode")
-            diff = paired_difference(own, ref, pair_by)
-            row.update(paired_pairs=diff["pairs"], paired_mrr_best_diff=diff["mrr_best_diff"],
-                       paired_lo=diff["lo"], paired_hi=diff["hi"])  # fmt: skip
-            rows.append(row)
+    for rank in ranks_in(*tables.values()):
+        for model, table in tables.items():
+            for row in summarize_hints(table, model, by=args.by, rank=rank):
+                group, ref, own = row[args.by], tables[args.reference], table
+                column = "policy_role" if args.by == "role" else "source"
+                if group != "all":
+                    own = own.filter(pc.equal(own[column], group))
+                    ref = ref.filter(pc.equal(ref[column], group))
+                pair_by = ("word", "role") if args.by == "role" else ("source", "episode")
+                diff = paired_difference(own, ref, pair_by, rank=rank)
+                row.update(paired_pairs=diff["pairs"], paired_mrr_best_diff=diff["mrr_best_diff"],
+                           paired_lo=diff["lo"], paired_hi=diff["hi"])  # fmt: skip
+                rows.append(row)
     write_tsv(pd.DataFrame(rows), args.output)
     return 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -108,32 +109,33 @@ def hint_rows(
     import pyarrow.compute as pc
 
     from spag.data.tables import read_parquet
-    from spag.evaluation.hints import paired_difference
+    from spag.evaluation.hints import paired_difference, ranks_in
 
     path = Path("eval", what, f"{model}.parquet")
     tables = [read_parquet(arm / path, f"{what} ranks") for arm in (spag, control)]
     groups = sorted({g for t in tables for g in t.column(column).to_pylist() if g}) + ["all"]
     rows = []
-    for group in groups:
+    for rank, group, when in product(ranks_in(*tables), groups, ("first", "last", "best")):
         mine, theirs = (
             t if group == "all" else t.filter(pc.equal(t[column], group)) for t in tables
         )
-        for when in ("first", "last", "best"):
-            # Each arm's mean over the paired games only: spag - control is then the diff.
-            d = paired_difference(mine, theirs, pair_by, when=when)
-            rows.append(
-                _row(
-                    model,
-                    f"{what}_mrr_{when}",
-                    group,
-                    pairs=d["pairs"],
-                    spag=d["mean"],
-                    control=d["reference_mean"],
-                    diff=d[f"mrr_{when}_diff"],
-                    lo=d["lo"],
-                    hi=d["hi"],
-                )
+        # Each arm's mean over the paired games only: spag - control is then the diff.
+        d = paired_difference(mine, theirs, pair_by, when=when, rank=rank)
+        # The raw rank keeps the metric's first name (runs scored before calibration).
+        kind = "" if rank == "raw" else f"{rank}_"
+        rows.append(
+            _row(
+                model,
+                f"{what}_{kind}mrr_{when}",
+                group,
+                pairs=d["pairs"],
+                spag=d["mean"],
+                control=d["reference_mean"],
+                diff=d[f"mrr_{when}_diff"],
+                lo=d["lo"],
+                hi=d["hi"],
             )
+        )
     return rows
 
 

@@ -8,6 +8,13 @@ message, as the defender's play prompt shows it, and scores the game's correct g
 held-out words, drawn per game from the seed); the secret's rank among the K + 1 is
 1 when the listener would name it first. A scoring pass: nothing is generated.
 
+The raw rank also measures the listener's prior for each word: some words rank first
+whatever is said, others never. The calibrated rank orders the K + 1 guesses by their
+log-probability after the dialogue minus their log-probability after a neutral
+dialogue of the same shape (the same roles and number of messages, each message
+:data:`NEUTRAL_MESSAGE`): what the hints added to the listener's belief. Both ranks
+are kept; the summaries read either.
+
 The prompt and the guesses' shared opening are scored once and their keys/values
 reused for the K + 1 guesses' own tokens, so the cost is about one forward pass over
 the prompt per attacker message.
@@ -31,6 +38,12 @@ from spag.generation.base import derive_seed
 from spag.settings import Checked, opt
 
 DEFAULT_K = 20
+# The content of every message of the neutral dialogue that gives the listener's prior:
+# it names nothing and hints at nothing.
+NEUTRAL_MESSAGE = "..."
+# The ranks a summary can read: raw (the dialogue's log-probabilities) or calibrated
+# (minus the neutral dialogue's).
+RANKS = ("calibrated", "raw")
 # The defender's inference reads these fixed dialogues: the same clues for every model.
 INFERENCE_SOURCES = ("demonstrations", "m0_games")
 
@@ -70,8 +83,12 @@ HINT_SCHEMA = pa.schema(
         pa.field("rank", pa.int64()),  # the secret's rank among the K + 1 guesses (1: first)
         pa.field("reciprocal_rank", pa.float64()),
         pa.field("candidates", pa.int64()),
+        # The rank by log-probability minus the neutral dialogue's (the word's prior).
+        pa.field("calibrated_rank", pa.int64()),
     ]
 )
+# The column each kind of rank is read from.
+RANK_COLUMN = {"raw": "rank", "calibrated": "calibrated_rank"}
 
 
 def distractors(words: Sequence[str], secret: str, k: int, seed: int) -> list[str]:
@@ -173,6 +190,20 @@ def hint_ranks(
     names the dialogues (the rows of several sources can be stacked)."""
     first_role, listener_role = game.roles
     rows: dict[str, list] = {f.name: [] for f in HINT_SCHEMA}
+    pool = sorted(set(words))
+    priors: dict[str, dict[str, float]] = {}
+
+    def prior(history: Sequence[dict[str, Any]], secret: str, max_turns: int) -> dict[str, float]:
+        """Every word's log-probability after the neutral dialogue of ``history``'s
+        shape, scored once per shape for all words (so that it does not depend on
+        which distractors a game drew)."""
+        neutral = [{"role": m["role"], "content": NEUTRAL_MESSAGE} for m in history]
+        prompt = game.play_prompt(prompts, neutral, listener_role, secret, max_turns)
+        if prompt not in priors:
+            scores = listener.logprobs(prompt, [game.guess_text(w) for w in pool])
+            priors[prompt] = dict(zip(pool, scores, strict=True))
+        return priors[prompt]
+
     for ep in episodes:
         secret, history = ep["target_word"], ep["history"]
         others = distractors(words, secret, k, seed)
@@ -190,6 +221,8 @@ def hint_ranks(
                                       ep["max_turns"])  # fmt: skip
             scores = listener.logprobs(prompt, guesses)
             rank = 1 + sum(s > scores[0] for s in scores[1:])
+            base = prior(history[: i + 1], secret, ep["max_turns"])
+            lifted = [s - base[w] for s, w in zip(scores, (secret, *others), strict=True)]
             rows["source"].append(source)
             rows["episode_id"].append(ep["episode_id"])
             rows["target_word"].append(secret)
@@ -199,6 +232,7 @@ def hint_ranks(
             rows["rank"].append(rank)
             rows["reciprocal_rank"].append(1.0 / rank)
             rows["candidates"].append(len(guesses))
+            rows["calibrated_rank"].append(1 + sum(c > lifted[0] for c in lifted[1:]))
     return pa.table(rows, schema=HINT_SCHEMA)
 
 
@@ -242,8 +276,21 @@ def _clusters(items: Sequence[tuple[Any, float]]) -> list[list[float]]:
     return list(out.values())
 
 
-def per_game(table: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
-    """Each game's ranks after the attacker's first, last and best message."""
+def ranks_in(*tables: pa.Table) -> tuple[str, ...]:
+    """The kinds of rank (:data:`RANKS`) every table holds: hint ranks scored before the
+    calibrated rank existed hold only the raw one."""
+    return tuple(k for k in RANKS if all(RANK_COLUMN[k] in t.column_names for t in tables))
+
+
+def per_game(table: pa.Table, rank: str = "calibrated") -> dict[tuple[str, str], dict[str, Any]]:
+    """Each game's ranks (``rank``: calibrated or raw) after the attacker's first, last
+    and best message."""
+    column = RANK_COLUMN[rank]
+    if column not in table.column_names:
+        raise SpagInputError(
+            f"hint ranks without '{column}' (written before {rank} ranks were scored): "
+            "score the hints again"
+        )
     games: dict[tuple[str, str], dict[str, Any]] = {}
     for r in table.to_pylist():
         g = games.setdefault(
@@ -251,23 +298,26 @@ def per_game(table: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
             {"word": r["target_word"], "role": r["policy_role"], "source": r["source"],
              "episode": r["episode_id"], "ranks": []},
         )  # fmt: skip
-        g["ranks"].append((r["attacker_turn"], r["rank"]))
+        g["ranks"].append((r["attacker_turn"], r[column]))
     for g in games.values():
         ranks = [rank for _, rank in sorted(g["ranks"])]
         g.update(first=ranks[0], last=ranks[-1], best=min(ranks))
     return games
 
 
-def summarize_hints(table: pa.Table, model: str, by: str = "role") -> list[dict[str, Any]]:
+def summarize_hints(
+    table: pa.Table, model: str, by: str = "role", rank: str = "calibrated"
+) -> list[dict[str, Any]]:
     """Per role of the evaluated model (``by="role"``, and both) or per source of the
     dialogues (``by="source"``): mean reciprocal rank and top-1 rate of the secret
-    after the attacker's first, last and best message, with 95% intervals."""
-    games = per_game(table)
+    (``rank``: calibrated or raw) after the attacker's first, last and best message,
+    with 95% intervals."""
+    games = per_game(table, rank)
     groups = sorted({g[by] for g in games.values() if g[by]})
     out = []
     for group in [*groups, "all"]:
         sel = [g for g in games.values() if group in ("all", g[by])]
-        row: dict[str, Any] = {"model": model, by: group, "games": len(sel)}
+        row: dict[str, Any] = {"model": model, by: group, "rank": rank, "games": len(sel)}
         for when in ("first", "last", "best"):
             m, lo, hi = _bootstrap_mean(_clusters([(_unit(g), 1.0 / g[when]) for g in sel]))
             row.update({f"mrr_{when}": m, f"mrr_{when}_lo": lo, f"mrr_{when}_hi": hi})
@@ -285,13 +335,14 @@ def paired_difference(
     reference: pa.Table,
     pair_by: tuple[str, ...] = ("word", "role"),
     when: str = "best",
+    rank: str = "calibrated",
 ) -> dict[str, float]:
     """The mean difference in reciprocal rank after the attacker's ``when`` message
-    (first, last, best), game by game on the same words and roles (or the same
-    dialogues: ``pair_by=("source", "episode")``), with its 95% bootstrap interval
-    (resampling secrets: a secret's games or dialogues move together) and each side's
-    mean over the pairs (``mean``, ``reference_mean``)."""
-    a, b = per_game(table), per_game(reference)
+    (first, last, best; ``rank``: calibrated or raw), game by game on the same words and
+    roles (or the same dialogues: ``pair_by=("source", "episode")``), with its 95%
+    bootstrap interval (resampling secrets: a secret's games or dialogues move together)
+    and each side's mean over the pairs (``mean``, ``reference_mean``)."""
+    a, b = per_game(table, rank), per_game(reference, rank)
     key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
     ref = {key(g): 1.0 / g[when] for g in b.values()}
     pairs = [(_unit(g), 1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
