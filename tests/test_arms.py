@@ -52,6 +52,9 @@ def test_arms_are_paired_metric_by_metric(tmp_path):
     best = rows[("hints_mrr_best", "all")]
     assert (best["spag"], best["control"], best["diff"]) == pytest.approx((1.0, 0.2, 0.8))
     assert best["lo"] == pytest.approx(0.8) and best["pairs"] == 12
+    # The calibrated rank under its own name (here equal to the raw one).
+    calibrated = rows[("hints_calibrated_mrr_best", "all")]
+    assert (calibrated["spag"], calibrated["control"]) == pytest.approx((1.0, 0.2))
     exploit = rows[("exploitability", "all")]
     assert exploit["diff"] == pytest.approx(-0.1)
     assert exploit["lo"] != exploit["lo"]  # exact: no interval (NaN)

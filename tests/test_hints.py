@@ -129,6 +129,36 @@ def test_ranks_scored_before_calibration_summarize_raw_only():
         summarize_hints(old, "m")
 
 
+def test_the_summary_command_writes_both_ranks_and_pairs_each_with_its_own(tmp_path):
+    import csv
+
+    from spag.cli import main
+    from spag.data.tables import write_parquet
+
+    m0 = _table([("a", "apple", "attacker", 1, 2), ("b", "river", "attacker", 1, 2)],
+                calibrated=[4, 4])  # fmt: skip
+    m1 = _table([("a", "apple", "attacker", 1, 1), ("b", "river", "attacker", 1, 2)],
+                calibrated=[1, 1])  # fmt: skip
+    for name, t in (("m0", m0), ("m1", m1)):
+        write_parquet(t, tmp_path / f"{name}.parquet")
+    out = tmp_path / "hints.tsv"
+    assert main(["summarize-hints", "--hints", str(tmp_path / "m0.parquet"),
+                 str(tmp_path / "m1.parquet"), "--models", "m0", "m1", "--reference", "m0",
+                 "--output", str(out)]) == 0  # fmt: skip
+    with out.open() as fh:
+        rows = {(r["model"], r["role"], r["rank"]): r for r in csv.DictReader(fh, delimiter="\t")}
+    assert float(rows["m1", "all", "raw"]["paired_mrr_best_diff"]) == pytest.approx(0.25)
+    assert float(rows["m1", "all", "calibrated"]["paired_mrr_best_diff"]) == pytest.approx(0.75)
+    assert float(rows["m0", "all", "calibrated"]["mrr_best"]) == pytest.approx(0.25)
+    # A table scored before calibration: the raw rank only, for every model.
+    write_parquet(m0.drop_columns(["calibrated_rank"]), tmp_path / "m0.parquet")
+    assert main(["summarize-hints", "--hints", str(tmp_path / "m0.parquet"),
+                 str(tmp_path / "m1.parquet"), "--models", "m0", "m1", "--reference", "m0",
+                 "--output", str(out)]) == 0  # fmt: skip
+    with out.open() as fh:
+        assert {r["rank"] for r in csv.DictReader(fh, delimiter="\t")} == {"raw"}
+
+
 def _table(rows, source="eval", calibrated=None):
     """Hint ranks of (episode, word, role, turn, rank) rows; the calibrated rank is
     ``calibrated``'s, else the raw rank."""
