@@ -4,12 +4,14 @@ the raw rank it was computed beside.
     python perf/hint_calibration.py perf/results/smollm2-graded/seed42 \
         perf/results/smollm2-graded/seed43 --output perf/results/smollm2-graded/calibrated
 
-For every arm of every seed folder (the folder itself and its ``control/``) and every
-evaluated model, ``spag score-hints`` scores the committed greedy evaluation games again
-with the study's listener (the base SmolLM2-135M-Instruct, converted from its packaged
-GGUF), as the run's ``eval_hints`` rule did (chat prompts, k = 11, float32, CPU). It
-writes the new ranks (raw and calibrated) to ``OUTPUT/<seed>/<arm>/<model>.parquet``,
-checks that the raw ranks equal the committed ones row for row, and prints:
+For every seed folder, ``spag score-hints --unique-dialogues`` scores each distinct
+dialogue of the committed greedy evaluation games of both arms (the folder itself and
+its ``control/``) and every evaluated model again with the study's listener (the base
+SmolLM2-135M-Instruct, converted from its packaged GGUF), as the run's ``eval_hints``
+rule did (chat prompts, k = 11, float32, CPU; with 11 distractors of 12 held-out
+words a message's ranks depend on its secret and dialogue only). It checks that the
+raw ranks equal the committed ones row for row, writes each arm's and model's ranks
+with the calibrated rank added to ``OUTPUT/<seed>/<arm>/<model>.parquet``, and prints:
 
 - the share of the rank's variance that lies between secrets (the words), over the
   distinct graded messages (a message is its secret and the dialogue up to it), for
@@ -47,11 +49,14 @@ def main() -> int:
     p.add_argument("seeds", nargs="+", type=Path, help="seed folders of the study")
     p.add_argument("--output", required=True, type=Path)
     p.add_argument("--listener", type=Path, help="the converted base model (default: convert)")
+    p.add_argument("--threads", type=int, default=2, help="torch threads of the scoring")
     args = p.parse_args()
     sys.path.insert(0, str(REPO / "workflow_scripts"))
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from spag.cli import main as spag
+    from spag.evaluation.hints import HINT_SCHEMA
 
     listener = args.listener
     if listener is None:
@@ -60,50 +65,74 @@ def main() -> int:
         listener = args.output / "listener"
         if not (listener / "config.json").is_file():
             prepare_base_model("smollm2-135m-instruct", listener)
-    messages: dict[str, dict[tuple, dict[str, tuple[str, float]]]] = {}
+    messages: dict[str, dict[str, dict[tuple, tuple[str, float]]]] = {}
     for seed_dir in args.seeds:
         seed = seed_dir.name.removeprefix("seed")
-        for arm, folder in (("spag", seed_dir), ("control", seed_dir / "control")):
-            out = args.output / seed_dir.name / arm
-            out.mkdir(parents=True, exist_ok=True)
-            models = [m for m in MODELS if (folder / "games" / f"{m}.parquet").is_file()]
+        arms = {"spag": seed_dir, "control": seed_dir / "control"}
+        games = {
+            (arm, m): folder / "games" / f"{m}.parquet"
+            for arm, folder in arms.items()
+            for m in MODELS
+            if (folder / "games" / f"{m}.parquet").is_file()
+        }
+        # With k = 11 of 12 held-out words every game of a secret meets the same
+        # distractors: a message's ranks depend on its secret and dialogue only, so each
+        # distinct dialogue of the seed is scored once.
+        out = args.output / seed_dir.name
+        out.mkdir(parents=True, exist_ok=True)
+        # Episode ids repeat between arms: each is prefixed with its arm and model.
+        parts = []
+        for (arm, model), path in games.items():
+            t = pq.read_table(path)
+            ids = [f"{arm}/{model}/{i}" for i in t.column("episode_id").to_pylist()]
+            parts.append(t.set_column(t.schema.get_field_index("episode_id"), "episode_id",
+                                      pa.array(ids)))  # fmt: skip
+        every = pa.concat_tables(parts, promote_options="permissive")
+        pq.write_table(every, out / "games.parquet")
+        held_out = sorted(set(every.column("target_word").to_pylist()))
+        (out / "words.txt").write_text("\n".join(held_out) + "\n")
+        scored = out / "ranks.parquet"
+        if not scored.is_file():
+            rc = spag(["score-hints", "--listener", str(listener),
+                       "--episodes", str(out / "games.parquet"), "--unique-dialogues",
+                       "--words", str(out / "words.txt"),
+                       "--prompts", str(REPO / "data/prompts.yaml"), "--output", str(scored),
+                       "--k", "11", "--seed", seed, "--game", "taboo",
+                       "--prompt-format", "chat", "--dtype", "float32", "--device", "cpu",
+                       "--threads", str(args.threads)])  # fmt: skip
+            if rc:
+                return rc
+        histories = {g["episode_id"]: g for g in every.to_pylist()}
+
+        def key(word: str, history: list, message: int) -> tuple:
+            return word, tuple((m["role"], m["content"]) for m in history[: message + 1])
+
+        by_key = {}
+        for r in pq.read_table(scored).to_pylist():
+            by_key[key(r["target_word"], histories[r["episode_id"]]["history"], r["message"])] = r
+        for arm in arms:
+            models = [m for m in MODELS if (arm, m) in games]
             for model in models:
-                games = folder / "games" / f"{model}.parquet"
-                ranks = out / f"{model}.parquet"
-                if not ranks.is_file():
-                    words = out / "words.txt"
-                    held_out = sorted(set(pq.read_table(games).column("target_word").to_pylist()))
-                    words.write_text("\n".join(held_out) + "\n")
-                    rc = spag(["score-hints", "--listener", str(listener), "--episodes", str(games),
-                               "--words", str(words), "--prompts", str(REPO / "data/prompts.yaml"),
-                               "--output", str(ranks), "--k", "11", "--seed", seed,
-                               "--game", "taboo", "--prompt-format", "chat", "--dtype", "float32",
-                               "--device", "cpu", "--threads", "1"])  # fmt: skip
-                    if rc:
-                        return rc
-                new = pq.read_table(ranks).to_pylist()
-                old = pq.read_table(folder / "ranks" / "hints" / f"{model}.parquet").to_pylist()
-                same = sum(
-                    (a["episode_id"], a["message"], a["rank"])
-                    == (b["episode_id"], b["message"], b["rank"])
-                    for a, b in zip(new, old, strict=False)
+                eps = {g["episode_id"]: g for g in pq.read_table(games[arm, model]).to_pylist()}
+                ranks = arms[arm] / "ranks" / "hints" / f"{model}.parquet"
+                old = pq.read_table(ranks).to_pylist()
+                new = [by_key[key(r["target_word"], eps[r["episode_id"]]["history"], r["message"])]
+                       for r in old]  # fmt: skip
+                same = sum(a["rank"] == b["rank"] for a, b in zip(old, new, strict=True))
+                print(f"seed {seed} {arm} {model}: raw ranks as committed {same}/{len(old)}")
+                rows = [
+                    {**a, "calibrated_rank": b["calibrated_rank"]}
+                    for a, b in zip(old, new, strict=True)
+                ]
+                (out / arm).mkdir(exist_ok=True)
+                pq.write_table(
+                    pa.Table.from_pylist(rows, schema=HINT_SCHEMA), out / arm / f"{model}.parquet"
                 )
-                print(f"seed {seed} {arm} {model}: raw ranks as committed {same}/{len(old)} "
-                      f"(rescored {len(new)})")  # fmt: skip
-                histories = {
-                    g["episode_id"]: g["history"] for g in pq.read_table(games).to_pylist()
-                }
-                for r in new:
-                    said = tuple(
-                        m["content"] for m in histories[r["episode_id"]][: r["message"] + 1]
-                    )
-                    key = (r["target_word"], said)
-                    for kind, column in (("raw", "rank"), ("calibrated", "calibrated_rank")):
-                        messages.setdefault(seed, {}).setdefault(kind, {})[key] = (
-                            r["target_word"], float(r[column])
-                        )  # fmt: skip
-            spag(["summarize-hints", "--hints", *(str(out / f"{m}.parquet") for m in models),
-                  "--models", *models, "--output", str(out / "hints.tsv")])  # fmt: skip
+            spag(["summarize-hints", "--hints", *(str(out / arm / f"{m}.parquet") for m in models),
+                  "--models", *models, "--output", str(out / arm / "hints.tsv")])  # fmt: skip
+        for k, r in by_key.items():
+            for kind, column in (("raw", "rank"), ("calibrated", "calibrated_rank")):
+                messages.setdefault(seed, {}).setdefault(kind, {})[k] = (k[0], float(r[column]))
     pooled: dict[str, dict] = {}
     for seed, kinds in sorted(messages.items()):
         for kind, values in kinds.items():
