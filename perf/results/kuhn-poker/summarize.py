@@ -2,10 +2,12 @@
 
     python perf/results/kuhn-poker/summarize.py > perf/results/kuhn-poker/tables.md
 
-Per config, training (full fine-tuning, or LoRA: ``PEFT=lora``) and reward scheme: each model's exact figures for each seed, with their
-mean and range over seeds; then M0's and M3's probability of the aggressive move
-(bet, or call facing a bet) at each information set, beside the equilibrium's
-(first seat alpha = 1/6).
+Per config, training (full fine-tuning, or LoRA: ``PEFT=lora``), reward scheme and
+number of epochs: each model's exact figures for each seed, with their mean over seeds;
+the self-play hands that ended in a rule break, either seat's, per epoch; each training
+stage's time, memory and speed where the runs kept them; then M0's and the last model's
+probability of the aggressive move (bet, or call facing a bet) at each information set,
+beside the equilibrium's (first seat alpha = 1/6).
 """
 
 from __future__ import annotations
@@ -29,15 +31,16 @@ def read(path: Path) -> list[dict[str, str]]:
 
 
 def main() -> None:
-    runs = defaultdict(dict)  # (config, peft, scheme) -> seed -> folder
+    runs = defaultdict(dict)  # (config, peft, scheme, epochs) -> seed -> folder
     for folder in sorted(p for p in HERE.iterdir() if (p / "run.tsv").is_file()):
         info = read(folder / "run.tsv")[0]
+        epochs = sum(r["model"].startswith("epoch") for r in read(folder / "poker.tsv"))
         # Runs written before the LoRA option have no peft column: full fine-tuning.
-        key = (info["config"], info.get("peft", "none"), info["scheme"])
+        key = (info["config"], info.get("peft", "none"), info["scheme"], epochs)
         runs[key][int(info["seed"])] = (folder, info)
-    for (config, peft, scheme), seeds in sorted(runs.items()):
+    for (config, peft, scheme, epochs), seeds in sorted(runs.items()):
         training = "" if peft == "none" else f", {peft}"
-        print(f"## {config}{training}, rewards.scheme {scheme}\n")
+        print(f"## {config}{training}, rewards.scheme {scheme}, to M{epochs}\n")
         walls = ", ".join(f"seed {s}: {i['wall_s']} s" for s, (_, i) in sorted(seeds.items()))
         print(f"From nothing (`snakemake -c2 all`, 2 cores): {walls}.\n")
         rows = {s: {r["model"]: r for r in read(f / "poker.tsv")} for s, (f, _) in seeds.items()}
@@ -55,25 +58,43 @@ def main() -> None:
         print(
             f"\nEach cell: the mean over seeds {', '.join(map(str, order))} (each seed's value).\n"
         )
+        rule_break_table(seeds, order)
         train_table(seeds, order)
+        last = f"epoch{epochs}"
         eq = kuhn.equilibrium()
         print("| seat | card | moves so far | aggressive move | equilibrium | "
               + " | ".join(f"M0 s{s}" for s in order) + " | "
-              + " | ".join(f"M3 s{s}" for s in order) + " |")  # fmt: skip
+              + " | ".join(f"M{epochs} s{s}" for s in order) + " |")  # fmt: skip
         print("|---" * (4 + 1 + 2 * len(order)) + "|")
         tables = {
             (m, s): {(r["seat"], r["card"], r["history"]): r for r in
                      read(seeds[s][0] / "strategy" / f"{m}.tsv")}
-            for m in ("imitation", "epoch3") for s in order
+            for m in ("imitation", last) for s in order
         }  # fmt: skip
         for infoset in kuhn.INFOSETS:
             key = (infoset[0], infoset[1], " ".join(infoset[2]) or "-")
             agg = kuhn.legal_moves(infoset[2])[1]
             cells = [f"{float(tables[(m, s)][key]['aggressive_probability']):.2f}"
-                     for m in ("imitation", "epoch3") for s in order]  # fmt: skip
+                     for m in ("imitation", last) for s in order]  # fmt: skip
             print(f"| {infoset[0]} | {infoset[1]} | {key[2]} | {agg} | "
                   f"{float(eq[infoset][agg]):.2f} | " + " | ".join(cells) + " |")  # fmt: skip
         print()
+
+
+def rule_break_table(seeds: dict[int, tuple[Path, dict]], order: list[int]) -> None:
+    """Each epoch's self-play hands that ended in a rule break by either seat (epochs.tsv:
+    the hands M(e-1) played to train M(e))."""
+    rows = {s: read(seeds[s][0] / "epochs.tsv") for s in order}
+    print("| epoch | self-play hands ending in a rule break (first seat + second seat) |")
+    print("|---|---|")
+    for i, row in enumerate(rows[order[0]]):
+        cells = []
+        for s in order:
+            r = rows[s][i]
+            broke = int(r["first_broke_rules"]) + int(r["second_broke_rules"])
+            cells.append(f"{broke}/{r['selfplay_games']} ({broke / int(r['selfplay_games']):.0%})")
+        print(f"| {row['epoch']} | " + ", ".join(cells) + " |")
+    print(f"\nSeeds {', '.join(map(str, order))}, in that order.\n")
 
 
 def train_table(seeds: dict[int, tuple[Path, dict]], order: list[int]) -> None:
