@@ -99,11 +99,15 @@ def test_the_calibrated_rank_subtracts_the_neutral_dialogues_log_probability(tin
         tiny_model_dir, prompt_format="raw", dtype="float32", device="cpu", trust_remote_code=False
     )
     prompts = TABOO.load_prompts()
-    eps = [_episode("g1", "apple", ["a fruit", "red and round"]), _episode("g2", "river", ["sea"])]
+    # g3's secret is not among the held-out words: a demonstration's, as the defender's
+    # inference reads them.
+    eps = [_episode("g1", "apple", ["a fruit", "red and round"]), _episode("g2", "river", ["sea"]),
+           _episode("g3", "orchestra", ["many players", "a conductor"])]  # fmt: skip
+    assert "orchestra" not in WORDS
     rows = hint_ranks(listener, TABOO, prompts, eps, WORDS, k=5, seed=0).to_pylist()
+    assert {r["episode_id"] for r in rows} == {"g1", "g2", "g3"}
     for ep in eps:
-        candidates = ["apple" if ep["episode_id"] == "g1" else "river"]
-        candidates += distractors(WORDS, candidates[0], 5, 0)
+        candidates = [ep["target_word"], *distractors(WORDS, ep["target_word"], 5, 0)]
         guesses = [TABOO.guess_text(w) for w in candidates]
         for r in (r for r in rows if r["episode_id"] == ep["episode_id"]):
             seen = ep["history"][: r["message"] + 1]

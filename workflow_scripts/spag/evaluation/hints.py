@@ -194,15 +194,18 @@ def hint_ranks(
     priors: dict[str, dict[str, float]] = {}
 
     def prior(history: Sequence[dict[str, Any]], secret: str, max_turns: int) -> dict[str, float]:
-        """Every word's log-probability after the neutral dialogue of ``history``'s
-        shape, scored once per shape for all words (so that it does not depend on
-        which distractors a game drew)."""
+        """Each word's log-probability after the neutral dialogue of ``history``'s
+        shape: the held-out words scored once per shape, a secret from outside them (a
+        demonstration's) when first met. A word's score does not depend on which
+        others are scored with it."""
         neutral = [{"role": m["role"], "content": NEUTRAL_MESSAGE} for m in history]
         prompt = game.play_prompt(prompts, neutral, listener_role, secret, max_turns)
-        if prompt not in priors:
-            scores = listener.logprobs(prompt, [game.guess_text(w) for w in pool])
-            priors[prompt] = dict(zip(pool, scores, strict=True))
-        return priors[prompt]
+        known = priors.setdefault(prompt, {})
+        missing = [w for w in dict.fromkeys([*pool, secret]) if w not in known]
+        if missing:
+            scores = listener.logprobs(prompt, [game.guess_text(w) for w in missing])
+            known.update(zip(missing, scores, strict=True))
+        return known
 
     for ep in episodes:
         secret, history = ep["target_word"], ep["history"]
