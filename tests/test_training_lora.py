@@ -55,6 +55,18 @@ def test_an_adapter_trains_and_the_stage_writes_the_merged_model(scored, tiny_mo
         adapted = PeftModel.from_pretrained(base_model, str(out / "adapter"))(ids).logits
     assert torch.allclose(full, adapted, atol=1e-5)
 
+    # A rerun of the stage (the global random state moved on since) trains the same
+    # adapter: its random initial A matrices are seeded.
+    torch.manual_seed(12345)
+    again = tmp_path / "again"
+    rc = main(_train_args(tiny_model_dir, scored, again, "--objective", "offline_po",
+                          "--max-steps", "3", *ADAPTER))  # fmt: skip
+    assert rc == 0
+    first, second = (load_file(p / "model" / "adapter" / "adapter_model.safetensors")
+                     for p in (tmp_path, again))  # fmt: skip
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+
     with (tmp_path / "loss.tsv").open() as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     # The adapter starts as a no-op (B = 0): step 1's policy is the reference.

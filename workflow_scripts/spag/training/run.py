@@ -146,8 +146,13 @@ def train(cfg: TrainConfig) -> Path:
     if padding_free:
         use_packed_attention(model)
     if cfg.peft is not None:
+        from transformers import set_seed
+
         from spag.training.lora import add_adapter
 
+        # The adapter's A matrices are drawn at random here, before the Trainer seeds:
+        # seeded, a rerun of the stage trains the same adapter.
+        set_seed(args.seed)
         model = add_adapter(model, cfg.peft, setting="--peft")
     scored_packed = ref_meta.get("padding_free", "false") == "true"
     if scored_packed != padding_free:
