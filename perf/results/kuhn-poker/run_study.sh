@@ -5,6 +5,8 @@
 #     the config overlay peft-<PEFT>.yaml beside this script (peft-lora.yaml: the default
 #     adapter; peft-lora-lr10.yaml: the same at ten times the learning rates;
 #     peft-spag-lora.yaml: M0 fully fine-tuned, the SPAG epochs with the adapter)
+#   EPOCHS=6 perf/results/kuhn-poker/run_study.sh tiny   to M6 instead of the config's
+#     epochs (folders <config>-m6-<scheme>-s<seed>)
 # Each run is a fresh copy of the workflow under $STUDY_DIR (default /tmp/kuhn-study);
 # its tables are copied here, to <config>[-<PEFT>]-<scheme>-s<seed>/, with its wall time.
 set -euo pipefail
@@ -14,10 +16,11 @@ study=${STUDY_DIR:-/tmp/kuhn-study}
 schemes=${SCHEMES:-winners zero_sum}
 seeds=${SEEDS:-42 7}
 peft=${PEFT:-}
+epochs=${EPOCHS:-}
 for config in "$@"; do
   for scheme in $schemes; do
     for seed in $seeds; do
-      name="$config${peft:+-$peft}-$scheme-s$seed"
+      name="$config${peft:+-$peft}${epochs:+-m$epochs}-$scheme-s$seed"
       wd="$study/$name"
       rm -rf "$wd" && mkdir -p "$wd"
       (cd "$project" && git ls-files -co --exclude-standard -- Snakefile config.yaml configs rules \
@@ -29,7 +32,7 @@ for config in "$@"; do
       fi
       start=$(date +%s)
       (cd "$wd" && snakemake -c2 all --configfile "${files[@]}" \
-        --config seed="$seed" "rewards={scheme: $scheme}" > snakemake.log 2>&1)
+        --config seed="$seed" "rewards={scheme: $scheme}" ${epochs:+epochs=$epochs} > snakemake.log 2>&1)
       end=$(date +%s)
       out="$here/$name"
       rm -rf "$out" && mkdir -p "$out/strategy"
