@@ -35,6 +35,10 @@ CLUSTER_PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 TASK_ENV_LOG = Path(os.environ.get("SPAG_SLURM_TASK_ENV_LOG", "/var/log/slurm/task-env.log"))
 # Seconds one Snakemake run may take before `timeout` ends it.
 RUN_TIMEOUT = int(os.environ.get("SPAG_SLURM_RUN_TIMEOUT", "600"))
+# The paper layout's preflight may be the suite's first user of DeepSpeed's CPU ops: its
+# train job then compiles them (about 4 min alone on 2 cores, twice that beside the other
+# worker) before the score and reasoning jobs get the fake GPUs the train job held.
+PREFLIGHT_TIMEOUT = 2 * RUN_TIMEOUT
 
 # The tiny pipeline, smaller still: 1 epoch, 3 shards, few words, short replies, a
 # couple of optimiser steps. Every family on the CPU: a job asking for the (fake) GPUs
@@ -218,7 +222,8 @@ def run_snakemake(
 
 
 def _finish(rc: int, log: Path) -> Run:
-    assert rc not in (124, 137), f"snakemake ran past its time limit and was ended, see {log}"
+    # 124/137: `timeout` ended snakemake; -9: the KILL after `-k` reached `timeout` itself
+    assert rc not in (124, 137, -9), f"snakemake ran past its time limit and was ended, see {log}"
     text = log.read_text()
     return Run(rc, text, parse_log(text))
 
@@ -634,7 +639,7 @@ def _paper_workdir(root: Path) -> tuple[Path, dict]:
 def paper_preflight(tmp_path_factory, cluster) -> tuple[Run, dict, Path, float]:
     wd, config = _paper_workdir(tmp_path_factory.mktemp("slurm-preflight"))
     started = time.monotonic()
-    run = run_snakemake(wd, cluster, "preflight", "preflight")
+    run = run_snakemake(wd, cluster, "preflight", "preflight", timeout=PREFLIGHT_TIMEOUT)
     return run, config, wd, time.monotonic() - started
 
 
