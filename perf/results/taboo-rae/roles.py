@@ -22,14 +22,18 @@ from spag.game.base import load_game  # noqa: E402
 from spag.report.summary import outcome_summary, sample_summary  # noqa: E402
 
 
-def table(run: Path, game_name: str) -> str:
-    game = load_game(game_name)
+def epochs_with_samples(run: Path) -> list[int]:
     epochs = sorted(
-        (int(p.name.removeprefix("epoch")) for p in (run / "results").glob("epoch*")
-         if (p / "samples.parquet").is_file()),
+        int(p.name.removeprefix("epoch")) for p in (run / "results").glob("epoch*")
+        if (p / "samples.parquet").is_file()
     )  # fmt: skip
     if not epochs:
         raise SystemExit(f"{run}/results: no epoch with samples.parquet")
+    return epochs
+
+
+def table(run: Path, game_name: str, epochs: list[int]) -> str:
+    game = load_game(game_name)
     roles = game.roles
     head = ["epoch", *game.outcomes, *(f"{r} samples" for r in roles),
             *(f"{r} weight" for r in roles), "rewards min", "rewards max"]  # fmt: skip
@@ -52,15 +56,18 @@ def main() -> None:
     ap.add_argument("--game", default="taboo")
     ap.add_argument("--copy-to", type=Path, help="copy each epoch's tables and this one here")
     args = ap.parse_args()
-    text = table(args.run, args.game)
+    epochs = epochs_with_samples(args.run)
+    text = table(args.run, args.game, epochs)
     print(text, end="")
     if args.copy_to:
+        # Only the table's epochs: an epoch still playing would not match the table.
         args.copy_to.mkdir(parents=True, exist_ok=True)
         (args.copy_to / "roles.md").write_text(text)
-        for folder in sorted((args.run / "results").glob("epoch*")):
+        for e in epochs:
             for name in ("outcomes.tsv", "role_baselines.json"):
-                if (folder / name).is_file():
-                    shutil.copy(folder / name, args.copy_to / f"{folder.name}.{name}")
+                src = args.run / "results" / f"epoch{e}" / name
+                if src.is_file():
+                    shutil.copy(src, args.copy_to / f"epoch{e}.{name}")
 
 
 if __name__ == "__main__":
