@@ -52,6 +52,7 @@ rule target_words:
         log_path("target_words.log"),
     benchmark:
         bench_path("target_words.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -131,6 +132,7 @@ rule sft_data:
         log_path("sft_data.log"),
     benchmark:
         bench_path("sft_data.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:

@@ -69,6 +69,7 @@ rule eval_merge:
         log_path("epoch{epoch}", "eval_merge.log"),
     benchmark:
         bench_path("epoch{epoch}", "eval_merge.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -89,6 +90,7 @@ rule eval_games:
         log_path("epoch{epoch}", "eval_games.log"),
     benchmark:
         bench_path("epoch{epoch}", "eval_games.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -119,6 +121,7 @@ use rule eval_play as eval_play_baseline with:
         model="|".join(BASELINE_MODELS),
 
 
+# `use rule ... with:` does not carry `localrule` over (Snakemake 9.27): each says it.
 use rule eval_merge as eval_merge_baseline with:
     output:
         BASELINE_GAMES,
@@ -128,6 +131,7 @@ use rule eval_merge as eval_merge_baseline with:
         bench_path("eval", "merge_{model}.tsv")
     wildcard_constraints:
         model="|".join(BASELINE_MODELS),
+    localrule: True
 
 
 use rule eval_games as eval_games_baseline with:
@@ -141,6 +145,7 @@ use rule eval_games as eval_games_baseline with:
         bench_path("eval", "games_{model}.tsv")
     wildcard_constraints:
         model="|".join(BASELINE_MODELS),
+    localrule: True
 
 
 # Sampled games (evaluation.sampled_games_per_secret > 0): the same opponent, words
@@ -165,6 +170,7 @@ use rule eval_merge as eval_merge_sampled with:
         log_path("epoch{epoch}", "eval_merge_sampled.log"),
     benchmark:
         bench_path("epoch{epoch}", "eval_merge_sampled.tsv")
+    localrule: True
 
 
 use rule eval_games as eval_games_sampled with:
@@ -176,6 +182,7 @@ use rule eval_games as eval_games_sampled with:
         log_path("epoch{epoch}", "eval_games_sampled.log"),
     benchmark:
         bench_path("epoch{epoch}", "eval_games_sampled.tsv")
+    localrule: True
 
 
 use rule eval_play_baseline as eval_play_sampled_baseline with:
@@ -198,6 +205,7 @@ use rule eval_merge_baseline as eval_merge_sampled_baseline with:
         log_path("eval", "merge_sampled_{model}.log"),
     benchmark:
         bench_path("eval", "merge_sampled_{model}.tsv")
+    localrule: True
 
 
 use rule eval_games_baseline as eval_games_sampled_baseline with:
@@ -209,6 +217,7 @@ use rule eval_games_baseline as eval_games_sampled_baseline with:
         log_path("eval", "games_sampled_{model}.log"),
     benchmark:
         bench_path("eval", "games_sampled_{model}.tsv")
+    localrule: True
 
 
 rule eval_reasoning:
@@ -352,6 +361,7 @@ rule epoch_summary:
         log_path("epoch{epoch}", "summary.log"),
     benchmark:
         bench_path("epoch{epoch}", "summary.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:

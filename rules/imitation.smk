@@ -78,6 +78,7 @@ rule scripted_games:
         log_path("imitation", "scripted_games.log"),
     benchmark:
         bench_path("imitation", "scripted_games.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -105,6 +106,7 @@ rule imitation_samples:
     benchmark:
         bench_path("imitation", "samples.tsv")
     priority: LOOP_PRIORITY
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:

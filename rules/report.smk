@@ -86,6 +86,7 @@ rule summary_tables:
         log_path("summary_tables.log"),
     benchmark:
         bench_path("summary_tables.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -126,6 +127,7 @@ rule sampled_games_table:
         log_path("sampled_games_table.log"),
     benchmark:
         bench_path("sampled_games_table.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -155,6 +157,7 @@ rule hints_table:
         log_path("hints_table.log"),
     benchmark:
         bench_path("hints_table.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -181,6 +184,7 @@ use rule hints_table as inference_table with:
         log_path("inference_table.log"),
     benchmark:
         bench_path("inference_table.tsv")
+    localrule: True
     params:
         models=REASONING_MODELS,
         by="source",
@@ -206,6 +210,7 @@ rule strategy_table:
         log_path("strategy_table.log"),
     benchmark:
         bench_path("strategy_table.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -239,6 +244,7 @@ rule plots:
         log_path("plots.log"),
     benchmark:
         bench_path("plots.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -275,6 +281,7 @@ rule epoch_plots:
         log_path("epoch{epoch}", "plots.log"),
     benchmark:
         bench_path("epoch{epoch}", "plots.tsv")
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
@@ -306,6 +313,7 @@ rule run_info:
         ),
     log:
         log_path("run_info.log"),
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:

@@ -46,6 +46,7 @@ rule merge_episodes:
     benchmark:
         bench_path("epoch{epoch}", "merge_episodes.tsv")
     priority: LOOP_PRIORITY
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:

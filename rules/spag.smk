@@ -21,6 +21,7 @@ rule assign_rewards:
     benchmark:
         bench_path("epoch{epoch}", "assign_rewards.tsv")
     priority: LOOP_PRIORITY
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:

@@ -152,6 +152,7 @@ class Job:
     output: str  # the first declared output
     slurm_id: str | None = None
     finished: bool = False
+    local: bool = False  # a local rule: run in Snakemake's own process, never submitted
 
 
 @dataclass
@@ -165,10 +166,11 @@ class Run:
         return [j for j in self.jobs.values() if j.slurm_id]
 
     def keys(self, which: str = "all") -> set[tuple[str, str]]:
-        """(rule, output) of all announced, submitted or finished jobs."""
+        """(rule, output) of all announced, submitted, local or finished jobs."""
         jobs = {
             "all": list(self.jobs.values()),
             "submitted": self.submitted,
+            "local": [j for j in self.jobs.values() if j.local],
             "finished": [j for j in self.jobs.values() if j.finished],
         }[which]
         return {(j.rule, j.output) for j in jobs}
@@ -177,7 +179,7 @@ class Run:
         return next(j for j in self.submitted if j.output == SHARD.format(shard))
 
 
-_BLOCK = re.compile(r"^rule (\w+):\n((?:    .*\n)+)", re.M)
+_BLOCK = re.compile(r"^(local)?rule (\w+):\n((?:    .*\n)+)", re.M)
 _SUBMITTED = re.compile(r"^Job (\d+) has been submitted with SLURM jobid (\d+)", re.M)
 _FINISHED = re.compile(r"^Finished jobid: (\d+) ", re.M)
 # --show-failed-logs inlines a job's own logs between rulers: not the main run's jobs.
@@ -187,16 +189,18 @@ _INLINED = re.compile(r"^Logfile [^\n]*:\n(=+)\n.*?^\1\n", re.M | re.S)
 
 
 def parse_log(text: str) -> dict[str, Job]:
-    """Jobs a Snakemake log announced (local rules left out), with their SLURM job ids."""
+    """Jobs a Snakemake log announced (target rules left out), with their SLURM job ids."""
     text = _INLINED.sub("", text)
     jobs: dict[str, Job] = {}
     for m in _BLOCK.finditer(text):
-        body = m.group(2)
+        body = m.group(3)
         jobid = re.search(r"^    jobid: (\d+)$", body, re.M)
         output = re.search(r"^    output: ([^,\n]*)", body, re.M)
-        # target rules (no output) are local: they never reach SLURM
+        # target rules (no output) run in Snakemake's process and are not jobs here
         if jobid and output:
-            jobs.setdefault(jobid.group(1), Job(m.group(1), output.group(1)))
+            jobs.setdefault(
+                jobid.group(1), Job(m.group(2), output.group(1), local=bool(m.group(1)))
+            )
     for jobid, slurm_id in _SUBMITTED.findall(text):
         if jobid in jobs:
             jobs[jobid].slurm_id = slurm_id
@@ -398,6 +402,9 @@ def test_log_parser_keeps_jobs_finished_between_two_inlined_logs():
             "rule selfplay:",
             "    output: b.parquet",
             "    jobid: 11",
+            "localrule merge_episodes:",
+            "    output: e.parquet",
+            "    jobid: 7",
             "Job 5 has been submitted with SLURM jobid 236 (log: x).",
             "Job 11 has been submitted with SLURM jobid 238 (log: y).",
             "Error in rule selfplay:",
@@ -408,6 +415,7 @@ def test_log_parser_keeps_jobs_finished_between_two_inlined_logs():
             "    jobid: 0",
             ruler,
             "Finished jobid: 5 (Rule: selfplay)",
+            "Finished jobid: 7 (Rule: merge_episodes)",
             "Error in rule selfplay:",
             "Logfile c.log:",
             ruler,
@@ -417,9 +425,11 @@ def test_log_parser_keeps_jobs_finished_between_two_inlined_logs():
         ]
     )
     jobs = parse_log(log)
-    assert set(jobs) == {"5", "11"}
+    assert set(jobs) == {"5", "7", "11"}
     assert jobs["5"].finished and jobs["5"].slurm_id == "236"
     assert not jobs["11"].finished
+    assert jobs["7"].local and jobs["7"].finished and not jobs["7"].slurm_id
+    assert not jobs["5"].local
 
 
 def test_overlay_is_a_valid_config():
@@ -436,8 +446,19 @@ def test_jobs_went_through_sbatch(faulty_run, plan, workdir):
     run, _ = faulty_run
     assert run.rc != 0, "a shard failed and one was cancelled: the run must report failure"
     assert run.submitted, "no job was submitted through sbatch"
-    # every job the run started was a SLURM job (target rules run locally and are not listed)
-    assert all(j.slurm_id for j in run.jobs.values()), run.log[-3000:]
+    # every job that loads a model was a SLURM job; the light steps (local rules) ran in
+    # Snakemake's own process, none of them submitted
+    remote = [j for j in run.jobs.values() if not j.local]
+    assert all(j.slurm_id for j in remote), run.log[-3000:]
+    assert {j.rule for j in remote} == {
+        "base_model", "score_imitation", "train_imitation", "selfplay",
+        "eval_play_baseline", "eval_reasoning",
+    }  # fmt: skip
+    assert {j.rule for j in run.jobs.values() if j.local} == {
+        "target_words", "sft_data", "imitation_samples",
+        "eval_merge_baseline", "eval_games_baseline",
+    }  # fmt: skip
+    assert not run.keys("local") & run.keys("submitted")
     ids = {j.slurm_id for j in run.submitted}
     # the controller knows them: squeue lists finished jobs for MinJobAge
     out = _run(["squeue", "-h", "-t", "all", "-o", "%i %T", "-j", ",".join(sorted(ids))])
@@ -493,9 +514,13 @@ def test_rerun_submits_exactly_the_lost_shards_and_their_dependents(faulty_run, 
     }
     assert {"merge_episodes", "train_spag"} <= {r for r, _ in expected}
     assert not {"train_imitation", "base_model", "target_words"} & {r for r, _ in expected}
-    # the dry run plans it, and the run submits it, each job through sbatch
+    # the dry run plans it, and the run does it: each model's job through sbatch, the
+    # light steps in Snakemake's own process
     assert before.keys() == expected
-    assert run2.keys("submitted") == expected
+    assert run2.keys("submitted") | run2.keys("local") == expected
+    assert {r for r, _ in run2.keys("local")} == {
+        "merge_episodes", "assign_rewards", "eval_merge", "eval_games", "epoch_summary",
+    }  # fmt: skip
     assert run2.keys("finished") == expected
 
 
