@@ -56,6 +56,7 @@ rule teacher_games:
     benchmark:
         bench_path("teacher", "merge_episodes.tsv")
     priority: LOOP_PRIORITY
+    localrule: True
     conda:
         "../envs/spag.yaml"
     resources:
