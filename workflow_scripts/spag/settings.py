@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import importlib
 import operator
 import os
@@ -102,9 +103,16 @@ def _required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
+@functools.cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    # Evaluating a class's string annotations is the cost (every Snakemake process and
+    # step parses its settings this way): once per class.
+    return typing.get_type_hints(cls)
+
+
 def field_type(cls: type, f: dataclasses.Field) -> type:
     """The value type of a field (``int`` for ``int | None``; the element for a list)."""
-    hint = typing.get_type_hints(cls)[f.name]
+    hint = _type_hints(cls)[f.name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = args[0]
@@ -164,7 +172,7 @@ def _json_types(hint: Any) -> list[str]:
 def field_schema(cls: type, f: dataclasses.Field) -> dict[str, Any]:
     """The JSON Schema of one setting: type (or ``enum`` from ``choices``), bounds,
     ``schema`` keywords, default and description, all from its declaration."""
-    hint = typing.get_type_hints(cls)[f.name]
+    hint = _type_hints(cls)[f.name]
     union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
     kinds = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
     nullable = union and type(None) in typing.get_args(hint) and "filled" not in f.metadata
