@@ -212,6 +212,10 @@ def epoch_targets(epoch):
             p.format(epoch=e)
             for p in (EPISODES, OUTCOMES, SAMPLES, SCORED, LOSS, EVAL_GAMES)
         ]
+        if RAE:
+            # A target too: a finished run switched to rae has none, and Snakemake then
+            # neither plans the rewards again nor can compare their params.
+            targets.append(ROLE_BASELINES.format(epoch=e))
         targets += [
             EVAL_TABLE.format(epoch=e),
             REASONING.format(model=f"epoch{e}"),

@@ -158,6 +158,17 @@ def csv_rows(path):
         return list(csv.DictReader(f, delimiter="\t"))
 
 
+def test_a_finished_run_switched_to_role_baselines_plans_its_rewards_again(tiny_run, tmp_path):
+    """rewards.scheme: rae on a finished run of another scheme: the epoch's rewards and
+    what reads them are planned again; the games and M0 are not."""
+    wd = copy_run(tiny_run, tmp_path / "run")
+    res = snakemake(wd, "spag_epoch1", "-n", config={"rewards": {"scheme": "rae"}})
+    assert res.returncode == 0, res.stderr[-3000:]
+    counts = job_counts(res.stdout + res.stderr)
+    assert counts["assign_rewards"] == 1 and counts["train_spag"] == 1, counts
+    assert not {"selfplay", "train_imitation", "score_imitation"} & set(counts), counts
+
+
 def test_a_lora_epoch_on_a_copy_of_the_run(tiny_run, tmp_path):
     """The SPAG stage with an adapter: M1's training and what reads M1 are redone, nothing
     before it; M1 is a full model folder (the adapter merged, and kept in adapter/) that
