@@ -20,19 +20,19 @@ for config in "$@"; do
   [ "$config" = default ] || configfile=(--configfile "configs/$config.yaml")
   case "$config" in kuhn-poker*) game=kuhn_poker ;; *) game=taboo ;; esac
   for seed in $seeds; do
-    name="$config${scheme:+-$scheme}-s$seed"
-    rewards="{${scheme:+scheme: $scheme, }control: false}"
+    label="$config${scheme:+-$scheme}" && name="$label-s$seed"
+    given="${scheme:+scheme: $scheme, }"  # the scheme, in both arms' rewards
     spag="$study/$name/spag" control="$study/$name/control" out="$here/$name"
     rm -rf "$study/$name" && mkdir -p "$spag"
     (cd "$project" && git ls-files -co --exclude-standard -- Snakefile config.yaml configs rules \
       data profiles report envs | tar cf - -T -) | tar xf - -C "$spag"
     start=$(date +%s)
     (cd "$spag" && snakemake -c2 all "${configfile[@]}" --config seed="$seed" \
-      "rewards=$rewards" > snakemake.log 2>&1)
+      "rewards={${given}control: false}" > snakemake.log 2>&1)
     mid=$(date +%s)
     cp -a "$spag" "$control" && rm -rf "$control/checkpoints"  # SPAG's, not to resume
     (cd "$control" && snakemake -c2 all "${configfile[@]}" --config seed="$seed" \
-      "rewards=${rewards/false/true}" > snakemake.log 2>&1)
+      "rewards={${given}control: true}" > snakemake.log 2>&1)
     end=$(date +%s)
     rm -rf "$out" && mkdir -p "$out"
     spag compare-arms --spag "$spag" --control "$control" --game "$game" \
@@ -42,7 +42,7 @@ for config in "$@"; do
       cp "$study/$name/$arm"/results/summary/*.tsv "$out/$arm/"
     done
     printf 'config\tseed\tspag_wall_s\tcontrol_wall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\n' \
-      "$config${scheme:+-$scheme}" "$seed" "$((mid - start))" "$((end - mid))" "$(date -u +%FT%TZ)" \
+      "$label" "$seed" "$((mid - start))" "$((end - mid))" "$(date -u +%FT%TZ)" \
       "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run.tsv"
     echo "$name: spag $((mid - start)) s, control $((end - mid)) s"
   done
