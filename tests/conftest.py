@@ -50,6 +50,7 @@ SHARED_UNITS = {
     "test_report.py": "tiny_run",  # the session's tiny run, built once
     "test_workflow_e2e.py": "tiny_run",
     "test_hints.py": "smollm2",  # SmolLM2 converted once
+    "test_endpoint_server.py": "smollm2",
     "test_real_model.py": "smollm2",
     "test_rendering.py": "smollm2",
     "test_vllm_env.py": "smollm2",

@@ -1,10 +1,12 @@
-"""A real OpenAI-compatible server: llama.cpp's (llama-cpp-python) serving the SmolLM2 GGUF
-the project installs, on loopback. Teacher and evaluation games are played against it
-through the endpoint backend, over the chat and completions APIs, and the backend's
-greedy replies are the server's own answers to the same request.
+"""A real OpenAI-compatible server: transformers' (`transformers serve`) serving SmolLM2
+converted from the GGUF the project installs, on loopback. Teacher and evaluation games
+are played against it through the endpoint backend, over the chat and completions APIs,
+and the backend's greedy replies are the server's own answers to the same request. It
+refuses fields the OpenAI API does not define, as OpenAI's own API does: the endpoint's
+``top_k=off`` leaves the knob out.
 
-``scripts/setup.sh --tests`` installs the server; where it is missing these tests fail rather
-than skip, so that CI cannot lose them silently.
+``scripts/setup.sh --tests`` installs the server (``transformers[serving]``); where it is
+missing these tests fail rather than skip, so that CI cannot lose them silently.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import pytest
 
 from spag.generation.openai_backend import OpenAIBackend
 from spag.generation.settings import Sampling
-from spag.ops.base_model import packaged_model_file
 
-ALIAS = "smollm2"
+# The server lists the models of a Hugging Face cache (GET /v1/models) and serves one of
+# them; the test's cache holds the converted SmolLM2 under this name.
+ALIAS = "spag/smollm2-135m-instruct"
 START_TIMEOUT_S = 180
 
 
@@ -34,18 +37,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _hub_cache(root: Path, model_dir: Path) -> Path:
+    """A Hugging Face cache holding ``model_dir`` as the repository ALIAS (files linked)."""
+    repo = root / ("models--" + ALIAS.replace("/", "--"))
+    commit = "0" * 40  # any commit hash: the cache maps the ref main to it
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    for f in model_dir.iterdir():
+        (snapshot / f.name).symlink_to(f)
+    return root
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    gguf, _ = packaged_model_file("smollm2-135m-instruct")
+def server(tmp_path_factory, smollm2_dir):
+    root = tmp_path_factory.mktemp("serve")
+    cache = _hub_cache(root / "hub", smollm2_dir)
     port = _free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"
+    log = root / "server.log"
     cmd = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
-        "--model_alias", ALIAS, "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "2048", "--n_threads", "2", "--seed", "0",
+        sys.executable, "-m", "transformers.cli.transformers", "serve", ALIAS,
+        "--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--default-seed", "0",
     ]  # fmt: skip
+    env = dict(os.environ, HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1")
     with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -132,7 +149,12 @@ def test_evaluation_games_against_the_server(server, tiny_model_dir, words, tmp_
 
 def test_teacher_games_through_the_completions_api(server, words, tmp_path):
     out = tmp_path / "teacher.parquet"
-    res = _play("--model", _spec(server, api="completions"), "--words", str(words),
+    # The server refuses top_k (a field the OpenAI API does not define): the endpoint's
+    # top_k=off leaves it out.
+    refused = httpx.post(server + "/completions", timeout=60, json={
+        "model": ALIAS, "prompt": "Apples", "max_tokens": 2, "top_k": 40})  # fmt: skip
+    assert refused.status_code == 422 and "top_k" in refused.text
+    res = _play("--model", _spec(server, api="completions", top_k="off"), "--words", str(words),
                 "--output", str(out), "--max-turns", "2", "--max-new-tokens", "16",
                 "--temperature", "0.7", "--top-k", "40")  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
