@@ -22,7 +22,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from spag.generation.openai_backend import OpenAIBackend
+from spag.generation.openai_backend import EndpointError, OpenAIBackend
 from spag.generation.settings import Sampling
 
 # The server lists the models of a Hugging Face cache (GET /v1/models) and serves one of
@@ -149,11 +149,11 @@ def test_evaluation_games_against_the_server(server, tiny_model_dir, words, tmp_
 
 def test_teacher_games_through_the_completions_api(server, words, tmp_path):
     out = tmp_path / "teacher.parquet"
-    # The server refuses top_k (a field the OpenAI API does not define): the endpoint's
-    # top_k=off leaves it out.
-    refused = httpx.post(server + "/completions", timeout=60, json={
-        "model": ALIAS, "prompt": "Apples", "max_tokens": 2, "top_k": 40})  # fmt: skip
-    assert refused.status_code == 422 and "top_k" in refused.text
+    # The server refuses top_k (a field the OpenAI API does not define), and the error
+    # says so; the endpoint's top_k=off leaves it out.
+    sampled = Sampling(max_new_tokens=2, temperature=0.7, top_p=1.0, top_k=40)
+    with pytest.raises(EndpointError, match="HTTP 422.*top_k.*add top_k=off to the endpoint"):
+        OpenAIBackend(_spec(server, api="completions")).generate(["Apples"], sampled, seed=0)
     res = _play("--model", _spec(server, api="completions", top_k="off"), "--words", str(words),
                 "--output", str(out), "--max-turns", "2", "--max-new-tokens", "16",
                 "--temperature", "0.7", "--top-k", "40")  # fmt: skip

@@ -324,6 +324,9 @@ class OpenAIBackend:
                     f"it serve a model named '{self.spec.model}'? GET {self.spec.base_url}"
                     "/models lists them)"
                 )
+            elif status in (400, 422) and "top_k" in body and "top_k" in detail:
+                # The third: a server that takes only the OpenAI API's fields.
+                hint = " (the server does not take top_k: add top_k=off to the endpoint spec)"
             raise EndpointError(
                 f"endpoint {where} (model {self.spec.model}) refused the request: "
                 f"HTTP {status}: {detail}{hint}"
