@@ -11,7 +11,7 @@ a spec string::
 ``api=completions`` (default) posts the play prompt as it is to ``/completions``;
 ``api=chat`` sends it as one user message to ``/chat/completions``. Sampled
 requests carry ``top_k`` (vLLM, llama.cpp and SGLang take it); ``top_k=off`` leaves
-it out for servers that refuse unknown fields (OpenAI's).
+it out for servers that refuse unknown fields (OpenAI's, ``transformers serve``).
 
 What the client promises (``httpx``, one pooled client per backend):
 
