@@ -2,7 +2,7 @@
 # Set up the project's virtual environment (.venv) on a fresh machine: Python, pip
 # and gcc are all it needs. Safe to run again; it only installs what is missing.
 #   scripts/setup.sh           what a run needs (training, evaluation, the workflow)
-#   scripts/setup.sh --tests   also the test tools (~3 min in all on 2 cores)
+#   scripts/setup.sh --tests   also the test tools (~2.5 min in all on 2 cores)
 set -euo pipefail
 EXTRAS="train,eval,workflow"
 case "${1:-}" in
