@@ -118,14 +118,15 @@ def make_workdir(root: Path) -> Path:
 def snakemake_cmd(
     workdir: Path, profile: Path, *targets: str, extra: tuple = (), timeout: int = RUN_TIMEOUT
 ) -> list[str]:
-    snakemake = Path(sys.executable).with_name("snakemake")
+    # The real Snakemake and SLURM plugin, polling at the profile's interval (see there).
+    snakemake = [sys.executable, str(Path(__file__).with_name("slurm_snakemake.py"))]
     # targets first: --configfile takes every word that follows it
     return [
         "timeout",
         "-k",
         "15",
         str(timeout),
-        str(snakemake),
+        *snakemake,
         *targets,
         "--profile",
         str(profile),
