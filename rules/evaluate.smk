@@ -352,7 +352,8 @@ rule epoch_summary:
         samples=SAMPLES,
         loss=LOSS,
         eval_games=EVAL_TABLE,
-        reasoning=REASONING.replace("{model}", "epoch{epoch}"),
+        # No file in a run without reasoning tasks: `--reasoning` then names none.
+        reasoning=REASONING.replace("{model}", "epoch{epoch}") if REASONED else [],
         shards=shards_of_epoch,
         shard_benchmarks=shard_benchmarks_of_epoch,
     output:

@@ -24,6 +24,9 @@ GRADED = (
 
 # Sampled evaluation games besides the greedy ones: games per secret and role (0: none).
 SAMPLED = config["evaluation"]["sampled_games_per_secret"]
+# evaluation.reasoning.tasks: [] runs no reasoning benchmark (no eval_reasoning job; the
+# epoch summaries leave reasoning_gmean empty, the reasoning table has its header only).
+REASONED = bool(config["evaluation"]["reasoning"]["tasks"])
 
 RESULTS = Path("results")
 CHECKPOINTS = Path(
@@ -199,9 +202,10 @@ def epoch_targets(epoch):
         WORDS_TRAIN,
         WORDS_TEST,
         SFT_DATA,
-        REASONING.format(model="base"),
     ]
-    targets.append(REASONING.format(model="imitation"))
+    models = REASONING_MODELS[: len(BASELINE_MODELS) + int(epoch)]
+    if REASONED:
+        targets += expand(REASONING, model=models)
     eval_shard_names = list(map(shard_name, range(EVAL_NUM_SHARDS)))
     targets += expand(BASELINE_SHARD, model=BASELINE_MODELS, shard=eval_shard_names)
     targets += expand([BASELINE_GAMES, BASELINE_TABLE], model=BASELINE_MODELS)
@@ -216,12 +220,7 @@ def epoch_targets(epoch):
             # A target too: a finished run switched to rae has none, and Snakemake then
             # neither plans the rewards again nor can compare their params.
             targets.append(ROLE_BASELINES.format(epoch=e))
-        targets += [
-            EVAL_TABLE.format(epoch=e),
-            REASONING.format(model=f"epoch{e}"),
-            EPOCH_SUMMARY.format(epoch=e),
-        ]
-    models = REASONING_MODELS[: len(BASELINE_MODELS) + int(epoch)]
+        targets += [EVAL_TABLE.format(epoch=e), EPOCH_SUMMARY.format(epoch=e)]
     if SAMPLED:
         targets += expand(
             SAMPLED_BASELINE_SHARD, model=BASELINE_MODELS, shard=eval_shard_names

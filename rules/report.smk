@@ -54,7 +54,8 @@ include: "report_inputs.smk"
 rule summary_tables:
     input:
         epochs=expand(EPOCH_SUMMARY, epoch=range(1, EPOCHS + 1)),
-        reasoning=expand(REASONING, model=REASONING_MODELS),
+        # No file in a run without reasoning tasks: the table then has its header only.
+        reasoning=expand(REASONING, model=REASONING_MODELS) if REASONED else [],
         eval_games=[
             *expand(BASELINE_TABLE, model=BASELINE_MODELS),
             *expand(EVAL_TABLE, epoch=range(1, EPOCHS + 1)),

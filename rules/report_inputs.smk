@@ -57,7 +57,7 @@ def run_benchmarks():
         ),
     )
     per_model = {
-        "eval_reasoning": REASONING_MODELS,
+        **({"eval_reasoning": REASONING_MODELS} if REASONED else {}),
         "eval_play_baseline": BASELINE_MODELS,
         "eval_merge_baseline": BASELINE_MODELS,
         "eval_games_baseline": BASELINE_MODELS,

@@ -19,6 +19,10 @@ def test_spag_on_kuhn_poker_wins_more_chips_than_m0(tmp_path):
     # shard's seed. Shards prove nothing here (test_workflow_e2e.py and test_slurm.py
     # check them), and each job pays about 9 CPU-seconds of imports on 2 cores.
     overlay["selfplay"]["num_shards"] = 1
+    # No reasoning benchmark: the tiny model's reasoning task says nothing about poker, and
+    # the shared tiny run covers those rules. So this run is also the one without them (5
+    # model processes fewer).
+    overlay["evaluation"]["reasoning"] = {"tasks": []}
     wd = make_workdir(tmp_path / "run", overlay)
     res = snakemake(wd, "all", "-c2", timeout=1500)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -39,6 +43,10 @@ def test_spag_on_kuhn_poker_wins_more_chips_than_m0(tmp_path):
         "base", "imitation", "epoch1", "epoch2", "epoch3",
     ]  # fmt: skip
     assert (wd / "results/plots/exploitability.png").stat().st_size > 0
+    # Without reasoning tasks: no reasoning job ran, the table is its header.
+    assert not (wd / "results/eval/reasoning").exists()
+    reasoning = (wd / "results/summary/reasoning.tsv").read_text().splitlines()
+    assert len(reasoning) == 1 and reasoning[0].startswith("model\tepoch\ttask\t")
     # No game-specific file of Taboo is read: no target words, no Taboo prompts.
     words = (wd / "results/words/train.txt").read_text().split()
     assert sorted(words) == ["jk", "jq", "kj", "kq", "qj", "qk"]

@@ -20,6 +20,7 @@ from spag.game.taboo import TABOO
 from spag.models.names import model_order
 from spag.report.summary import (
     GMEAN_TASK,
+    REASONING_COLUMNS,
     collect_epochs,
     collect_eval_games,
     collect_reasoning,
@@ -455,3 +456,31 @@ def test_collect_reasoning_refuses_a_model_twice(tmp_path):
     b = reasoning_json(tmp_path / "b.json", "epoch1", {"task_a": 0.6})
     with pytest.raises(SpagInputError, match="b.json: a second reasoning result of model"):
         collect_reasoning([a, b])
+
+
+def test_a_run_without_reasoning_tasks(tmp_path):
+    """evaluation.reasoning.tasks: [] — the rules give `--reasoning` no file: the epoch row
+    leaves reasoning_gmean empty, the reasoning table is its header, the plot says so."""
+    files = make_epoch_files(tmp_path, 1)
+    summary = tmp_path / "epoch1" / "summary.tsv"
+    argv = summarize_argv(1, files, summary)
+    at = argv.index("--reasoning")
+    argv[at + 1 : at + 2] = []  # `--reasoning` followed by the next option, as rendered
+    assert argv[at + 1] == "--selfplay"
+    assert main(argv) == 0
+    row = pd.read_csv(summary, sep="\t").iloc[0]
+    assert math.isnan(row["reasoning_gmean"])
+    assert not [c for c in row.index if c.startswith("reasoning_") and c != "reasoning_gmean"]
+
+    out, rout = tmp_path / "summary" / "epochs.tsv", tmp_path / "summary" / "reasoning.tsv"
+    argv = ["summarize-run", "--epoch-summaries", str(summary), "--reasoning",
+            "--output", str(out), "--reasoning-output", str(rout), "--commit", "abc"]  # fmt: skip
+    assert main(argv) == 0
+    table = pd.read_csv(rout, sep="\t")
+    assert table.empty and list(table.columns) == [*REASONING_COLUMNS, "commit"]
+    assert math.isnan(pd.read_csv(out, sep="\t").loc[0, "reasoning_gmean"])
+
+    plots = tmp_path / "plots"
+    argv = ["plot-run", "--output-dir", str(plots), "--summary", str(out), "--reasoning", str(rout)]
+    assert main(argv) == 0
+    assert (plots / "reasoning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -255,6 +255,25 @@ def test_report_tables_and_plots_take_every_model(workdir):
         assert f"results/benchmarks/{bench}" in plots
 
 
+def test_a_run_without_reasoning_tasks_plans_no_reasoning_job(workdir):
+    """evaluation.reasoning.tasks: [] turns the reasoning benchmarks off; the summaries,
+    tables and plots are planned as before, reading no reasoning result."""
+    res = snakemake(
+        workdir, "all", "-n", "-p",
+        config={"epochs": 2, "evaluation": {"reasoning": {"tasks": []}}},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    counts = job_counts(res.stdout + res.stderr)
+    assert "eval_reasoning" not in counts, counts
+    assert counts["epoch_summary"] == 2 and counts["summary_tables"] == counts["plots"] == 1
+    assert "results/eval/reasoning/" not in res.stdout
+    (collect,) = _shell_lines(res.stdout, "spag summarize-run --epoch-summaries")
+    assert "--reasoning  --output " in collect
+    assert "--reasoning-output results/summary/reasoning.tsv" in collect
+    for line in _shell_lines(res.stdout, "spag summarize-epoch"):
+        assert "--reasoning  --selfplay " in line, line
+
+
 @pytest.mark.parametrize(
     "bad,key",
     [

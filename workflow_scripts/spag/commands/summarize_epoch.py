@@ -3,12 +3,13 @@
 ::
 
     spag summarize-epoch --epoch E --outcomes OUTCOMES.tsv --samples SAMPLES.parquet
-        --loss LOSS.tsv --eval-games GAMES.tsv --reasoning REASONING.json
+        --loss LOSS.tsv --eval-games GAMES.tsv [--reasoning REASONING.json]
         --selfplay SHARD.parquet [SHARD ...] [--selfplay-benchmarks TSV ...]
         --output SUMMARY.tsv
 
 The row's columns are :func:`spag.report.summary.summary_columns` of the game, then one
-``reasoning_<task>`` column per reasoning task.
+``reasoning_<task>`` column per reasoning task (none, and ``reasoning_gmean`` empty,
+without ``--reasoning``: a run without reasoning tasks).
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", required=True, help="training samples (samples.parquet)")
     p.add_argument("--loss", required=True, help="training log (loss.tsv)")
     p.add_argument("--eval-games", required=True, help="the epoch's eval/games.tsv")
-    p.add_argument("--reasoning", required=True, help="the epoch model's reasoning JSON")
+    # nargs "?": the rule writes `--reasoning` with no file in a run without reasoning tasks.
+    p.add_argument(
+        "--reasoning",
+        nargs="?",
+        help="the epoch model's reasoning JSON (none: a run without reasoning tasks)",
+    )
     p.add_argument("--selfplay", nargs="+", required=True, help="self-play shard files")
     p.add_argument(
         "--selfplay-benchmarks",

@@ -31,7 +31,12 @@ log = logging.getLogger("spag.summarize_run")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epoch-summaries", nargs="+", help="per-epoch summary files")
     p.add_argument("--output", help="summary TSV of all epochs")
-    p.add_argument("--reasoning", nargs="+", help="reasoning JSON files of all models")
+    # nargs "*": the rule writes `--reasoning` with no file in a run without reasoning tasks.
+    p.add_argument(
+        "--reasoning",
+        nargs="*",
+        help="reasoning JSON files of all models (none: the table's header only)",
+    )
     p.add_argument("--reasoning-output", help="long reasoning table TSV")
     p.add_argument("--eval-games", nargs="+", help="evaluation games tables of all models")
     p.add_argument("--eval-games-output", help="evaluation games table of all models TSV")
@@ -64,11 +69,11 @@ def run(args: argparse.Namespace) -> int:
 
     if bool(args.epoch_summaries) != bool(args.output):
         raise SpagInputError("--epoch-summaries and --output go together")
-    if not (args.epoch_summaries or args.reasoning or args.eval_games):
+    if not (args.epoch_summaries or args.reasoning is not None or args.eval_games):
         raise SpagInputError(
             "nothing to summarize: give --epoch-summaries, --reasoning or --eval-games"
         )
-    if bool(args.reasoning) != bool(args.reasoning_output):
+    if (args.reasoning is not None) != bool(args.reasoning_output):
         raise SpagInputError("--reasoning and --reasoning-output go together")
     if bool(args.eval_games) != bool(args.eval_games_output):
         raise SpagInputError("--eval-games and --eval-games-output go together")
@@ -78,7 +83,9 @@ def run(args: argparse.Namespace) -> int:
     epochs = (
         collect_epochs(args.epoch_summaries, game).assign(**stamp) if args.epoch_summaries else None
     )
-    reasoning = collect_reasoning(args.reasoning).assign(**stamp) if args.reasoning else None
+    reasoning = (
+        collect_reasoning(args.reasoning).assign(**stamp) if args.reasoning is not None else None
+    )
     if args.eval_episodes and not args.eval_games:
         raise SpagInputError("--eval-episodes needs --eval-games")
     games = collect_eval_games(args.eval_games, game) if args.eval_games else None

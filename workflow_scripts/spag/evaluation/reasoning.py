@@ -54,7 +54,9 @@ class ReasoningSettings(Checked):
     """The reasoning benchmarks every model of a run is measured on (config
     ``evaluation.reasoning``)."""
 
-    tasks: tuple[str, ...] = opt(("spag_tiny_reasoning",), "lm-eval task or group names")
+    tasks: tuple[str, ...] = opt(
+        ("spag_tiny_reasoning",), "lm-eval task or group names; []: no reasoning benchmark"
+    )
     include_path: str | None = opt("data/lm_eval_tasks", "folder of local lm-eval task YAML files")
     limit: float | None = opt(
         None,

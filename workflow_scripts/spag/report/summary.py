@@ -326,19 +326,20 @@ def epoch_summary(
     samples: str | os.PathLike,
     loss: str | os.PathLike,
     eval_games: str | os.PathLike,
-    reasoning: str | os.PathLike,
+    reasoning: str | os.PathLike | None,
     selfplay: Sequence[str | os.PathLike],
     selfplay_benchmarks: Sequence[str | os.PathLike] = (),
     game: Game,
 ) -> dict[str, Any]:
-    """The summary row of one epoch (columns :func:`summary_columns` + ``reasoning_<task>``)."""
+    """The summary row of one epoch (columns :func:`summary_columns` + ``reasoning_<task>``;
+    ``reasoning`` None: a run without reasoning tasks, ``reasoning_gmean`` empty)."""
     row: dict[str, Any] = {"epoch": int(epoch)}
     row.update(outcome_summary(outcomes, game))
     row.update(sample_summary(samples, game))
     row.update(loss_summary(loss))
     row.update(eval_summary(eval_games, game))
     row.update(generation_summary(selfplay, selfplay_benchmarks))
-    row.update(reasoning_row(reasoning))
+    row.update(reasoning_row(reasoning) if reasoning else {"reasoning_gmean": NAN})
     return row
 
 
@@ -382,7 +383,8 @@ def collect_epochs(paths: Sequence[str | os.PathLike], game: Game):
 def collect_reasoning(paths: Sequence[str | os.PathLike], reference: str = "imitation"):
     """Long table of reasoning scores: one row per model and task, plus its geometric
     mean; each model's task rows also hold its difference from ``reference`` (M0) item
-    by item, with a bootstrap interval and McNemar's p (``paired_*``)."""
+    by item, with a bootstrap interval and McNemar's p (``paired_*``). No ``paths``: the
+    table's header only (a run without reasoning tasks)."""
     import pandas as pd
 
     from spag.evaluation.reasoning import geometric_mean, paired_scores, read_record, task_scores
@@ -432,8 +434,6 @@ def collect_reasoning(paths: Sequence[str | os.PathLike], reference: str = "imit
                 "score": NAN if gm is None else gm,
             }
         )
-    if not rows:
-        raise SpagInputError("no reasoning result given")
     df = pd.DataFrame(rows, columns=REASONING_COLUMNS)
     # Per model: its tasks in the order asked, the geometric mean last.
     last = df["task"] == GMEAN_TASK
