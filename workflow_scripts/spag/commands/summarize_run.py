@@ -3,7 +3,7 @@
 ::
 
     spag summarize-run [--epoch-summaries SUMMARY.tsv [...] --output EPOCHS.tsv]
-        [--reasoning REASONING.json [...] --reasoning-output REASONING.tsv]
+        [--reasoning [REASONING.json ...] --reasoning-output REASONING.tsv]
         [--eval-games GAMES.tsv [...] --eval-games-output EVAL_GAMES.tsv
          [--eval-episodes GAMES.parquet [...] [--paired-reference imitation]]]
         [--commit COMMIT] [--config-digest DIGEST]
@@ -11,7 +11,8 @@
 ``--epoch-summaries`` are the rows of ``spag summarize-epoch``, stacked by epoch
 (rule ``sampled_games_table`` asks for the evaluation games table alone);
 ``--reasoning`` the reasoning JSON files of every model (base, imitation,
-epoch<N>), turned into one long table; ``--eval-games`` the evaluation games
+epoch<N>), turned into one long table (no file, in a run without reasoning tasks:
+its header only); ``--eval-games`` the evaluation games
 tables of every model, stacked into one table in run order, with each model's
 paired difference from M0 (:mod:`spag.evaluation.paired`) when
 ``--eval-episodes`` gives the games themselves. Every table is
