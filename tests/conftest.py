@@ -29,12 +29,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# One intra-op thread for the tests' torch processes (set before torch is imported; a
-# user's own setting wins): on the tiny models a second thread only adds synchronisation.
-# The quick subset in one process took 663 CPU-s with torch's default of 2 threads and
-# 487 CPU-s with 1, and less wall time (perf/results/ci.md). Workflow steps still get
-# the threads their rules give them (`--threads`, torchrun's own setting).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _cuda_available() -> bool:
