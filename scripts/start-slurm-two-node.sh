@@ -109,7 +109,8 @@ for node in $NODES; do
   } >"/etc/netns/$node/hosts"
 done
 # ---------------------------------------------------------------- slurm.conf
-NCPU=$(nproc)
+# nproc answers OMP_NUM_THREADS where it is set (an HPC shell's habit): count the CPUs.
+NCPU=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 PER_NODE=$(( NCPU >= 2 ? NCPU / 2 : 1 ))
 MEM_TOTAL=$(free -m | awk '/^Mem:/{print $2}')
 NODE_MEM=$(( MEM_TOTAL > 4096 ? (MEM_TOTAL - 2048) / 2 : MEM_TOTAL / 3 ))
