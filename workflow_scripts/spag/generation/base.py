@@ -14,7 +14,7 @@ import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from spag.errors import SpagInputError
 from spag.generation.settings import Sampling, SelfplaySettings
@@ -39,8 +39,9 @@ class Reply:
     prompt_truncated: bool = False
 
 
-class Backend(Protocol):
-    """A text generator for the game loop."""
+class Backend:
+    """A text generator for the game loop: a backend writes ``draw`` (and ``release``
+    where it keeps anything per game); ``generate`` is the call every backend shares."""
 
     name: str
 
@@ -69,11 +70,18 @@ class Backend(Protocol):
         and plays the others from the same policy and seeds, but on a GPU not
         necessarily as an uninterrupted run would have (docs/design.md section 8).
         """
-        ...
+        if not prompts:
+            return []
+        return self.draw(prompts, sampling, prompt_seeds(seed, game_ids, len(prompts)), game_ids)
+
+    def draw(
+        self, prompts: list[str], sampling: Sampling, seeds: list[int], game_ids: list[str] | None
+    ) -> list[Reply]:
+        """The replies to ``prompts`` (at least one), prompt i drawn from ``seeds[i]``."""
+        raise NotImplementedError
 
     def release(self, game_ids: list[str]) -> None:
-        """Forget whatever is kept for these games (they have ended)."""
-        ...
+        """Forget whatever is kept for these games (they have ended): nothing by default."""
 
 
 def derive_seed(*parts: object) -> int:

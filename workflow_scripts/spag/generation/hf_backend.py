@@ -10,7 +10,7 @@ samples from its own ``torch.Generator`` seeded from the call's seed and its
 episode id: its draws do not depend on the other games of the call, and the
 global RNG is untouched. Its logits are computed in a sub-batch that other games
 shape and pad: the same up to rounding in float32 on CPU, not on CUDA in bf16
-(``GenerationBackend.generate`` says what a resumed shard can promise).
+(``spag.generation.base.Backend.generate`` says what a resumed shard can promise).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 from spag.errors import SpagInputError
 from spag.generation.base import (
     MIN_NEW_TOKENS,
+    Backend,
     Reply,
     context_budget,
-    prompt_seeds,
     stop_token_ids,
 )
 from spag.generation.settings import DTYPES, Sampling, SelfplaySettings
@@ -36,7 +36,7 @@ from spag.ops import DEVICES, select_device
 log = logging.getLogger(__name__)
 
 
-class HFBackend:
+class HFBackend(Backend):
     """Batched ``model.generate`` over left-padded sub-batches."""
 
     name = "hf"
@@ -121,21 +121,12 @@ class HFBackend:
         # (the rest came from kept keys/values), and rows x decoding steps.
         self.stats = {"prompt_tokens": 0, "prompt_tokens_computed": 0, "decode_row_steps": 0}
 
-    def generate(
-        self,
-        prompts: list[str],
-        sampling: Sampling,
-        *,
-        seed: int,
-        game_ids: list[str] | None = None,
+    def draw(
+        self, prompts: list[str], sampling: Sampling, seeds: list[int], game_ids: list[str] | None
     ) -> list[Reply]:
-        """See :meth:`spag.generation.base.Backend.generate`."""
         import torch
 
-        if not prompts:
-            return []
         max_new_tokens = sampling.max_new_tokens
-        seeds = prompt_seeds(seed, game_ids, len(prompts))
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
         sample = sampling.samples
         # Longest first: similar lengths share a sub-batch, so little padding.

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.generation.base import Reply, prompt_seeds
+from spag.generation.base import Backend, Reply
 from spag.generation.settings import Sampling
 
 log = logging.getLogger(__name__)
@@ -181,7 +181,7 @@ def _field(value: Any, path: str, kind: type | tuple[type, ...], where: str) -> 
     return value
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """Replies from an OpenAI-compatible endpoint, one request per prompt, a few at a time."""
 
     name = "openai"
@@ -395,22 +395,11 @@ class OpenAIBackend:
             tokens = len(text.split())  # the server did not count: words as an estimate
         return Reply(text=text, num_tokens=int(tokens), finished_by_eos=reason != "length")
 
-    def generate(
-        self,
-        prompts: list[str],
-        sampling: Sampling,
-        *,
-        seed: int,
-        game_ids: list[str] | None = None,
+    def draw(
+        self, prompts: list[str], sampling: Sampling, seeds: list[int], game_ids: list[str] | None
     ) -> list[Reply]:
-        """One reply per prompt, in order; greedy decoding is temperature 0.
-
-        Each request carries the seed of its game (``prompt_seeds``); the server
-        keeps its own cache.
-        """
-        if not prompts:
-            return []
-        seeds = prompt_seeds(seed, game_ids, len(prompts))
+        """Greedy decoding is temperature 0. Each request carries the seed of its game;
+        the server keeps its own cache."""
 
         def one(i: int) -> Reply:
             body = self._payload(prompts[i], sampling, seeds[i])

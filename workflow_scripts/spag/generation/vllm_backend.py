@@ -30,16 +30,16 @@ from pathlib import Path
 from spag.errors import SpagInputError
 from spag.generation.base import (
     MIN_NEW_TOKENS,
+    Backend,
     Reply,
     context_budget,
-    prompt_seeds,
     stop_token_ids,
 )
 from spag.generation.settings import Sampling, SelfplaySettings
 from spag.models.rendering import PromptRenderer
 
 
-class VLLMBackend:
+class VLLMBackend(Backend):
     """``vllm.LLM`` with per-request ``SamplingParams(seed=...)`` (see the module notes)."""
 
     name = "vllm"
@@ -95,21 +95,12 @@ class VLLMBackend:
             engine_opts["max_num_seqs"] = int(batch_size)
         self.llm = LLM(**engine_opts)
 
-    def generate(
-        self,
-        prompts: list[str],
-        sampling: Sampling,
-        *,
-        seed: int,
-        game_ids: list[str] | None = None,
+    def draw(
+        self, prompts: list[str], sampling: Sampling, seeds: list[int], game_ids: list[str] | None
     ) -> list[Reply]:
-        """See :meth:`spag.generation.base.Backend.generate`."""
         from vllm import SamplingParams
 
-        if not prompts:
-            return []
         max_new_tokens = sampling.max_new_tokens
-        seeds = prompt_seeds(seed, game_ids, len(prompts))
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
         # The knobs by vLLM's names (top_k 0: no filter, as in vLLM).
         knobs = sampling.engine_params()
