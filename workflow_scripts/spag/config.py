@@ -24,12 +24,7 @@ import yaml
 
 from spag.errors import SpagInputError
 from spag.settings import load_section_class, section_schema
-from spag.training.objectives import (
-    STAGE_OBJECTIVE,
-    build_objective,
-    coefficients,
-    paper_defaults,
-)
+from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, coefficients, paper_defaults
 
 
 def load_schema() -> dict[str, Any]:
@@ -502,11 +497,8 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
             f"{what['train']} ({secrets['train']}): a shard would have no words"
         )
     spag = config["spag"]
-    if (
-        config["rewards"]["control"]
-        and not build_objective(
-            spag["objective"], types.SimpleNamespace(**spag)
-        ).learns_from_instructions()
+    if config["rewards"]["control"] and not OBJECTIVES[spag["objective"]].learns_from_instructions(
+        types.SimpleNamespace(**spag)
     ):
         given = ", ".join(f"'spag.{k}' {spag[k]}" for k in coefficients(spag["objective"]))
         raise SpagInputError(

@@ -16,9 +16,9 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from spag.settings import opt, req
+from spag.settings import declared_as, opt
 from spag.training.objectives import OBJECTIVES
-from spag.training.settings import TrainConfig, argument_values
+from spag.training.settings import StageSettings, TrainConfig, argument_values
 
 
 @dataclass(kw_only=True)
@@ -26,11 +26,13 @@ class SpagTrainingArguments(TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
     from ``self.args``: the loss (docs/design.md section 4) and the batch order."""
 
-    objective: str = req("the loss (spag.training.objectives)", choices=OBJECTIVES)
-    kl_coeff: float = req("KL coefficient")
-    sft_coeff: float = req("weight of the SFT term (objectives that have one)")
-    clip_eps: float = req("ratio clip range (objectives that clip)")
-    group_by_length: bool = req("batches of similar length (the SFT/game mix kept)")
+    # The loss's settings as the stage declares them (name, default, help): the
+    # objective reads its coefficients from here (``args.kl_coeff``).
+    objective: str = declared_as(StageSettings, "objective")
+    kl_coeff: float = declared_as(StageSettings, "kl_coeff")
+    sft_coeff: float = declared_as(StageSettings, "sft_coeff")
+    clip_eps: float = declared_as(StageSettings, "clip_eps")
+    group_by_length: bool = declared_as(StageSettings, "group_by_length")
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
     remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")
     # A job's log is its loss log and the Trainer's log lines, not a progress bar.

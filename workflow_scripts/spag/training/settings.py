@@ -99,20 +99,15 @@ class StageSettings(Checked):
         "merged into the stage's model folder (its adapter/ kept); null: full "
         "fine-tuning, the paper's method",
     )
-    # The objectives' coefficients (spag.training.objectives; each reads its own).
+    # The objectives' coefficients, the paper's values (spag.training.objectives: each
+    # objective reads its own from the Trainer's arguments).
     kl_coeff: float | None = opt(
         None, "KL coefficient; default: the objective's", ge=0, filled="objective"
     )
     sft_coeff: float = opt(
-        OBJECTIVES["offline_po"].sft_coeff,
-        "weight of the SFT term, for the objectives that have one (offline_po)",
-        ge=0,
+        0.5, "weight of the SFT term, for the objectives that have one (offline_po)", ge=0
     )
-    clip_eps: float = opt(
-        OBJECTIVES["offline_po"].clip_eps,
-        "ratio clip range, for the objectives that clip (offline_po)",
-        gt=0,
-    )
+    clip_eps: float = opt(0.2, "ratio clip range, for the objectives that clip (offline_po)", gt=0)
     objective: str | None = opt(
         None,
         "the loss: a name registered in spag/training/objectives.py OBJECTIVES; default: "

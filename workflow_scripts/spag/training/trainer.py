@@ -21,7 +21,7 @@ from transformers import Trainer, TrainerCallback
 from spag.errors import SpagRunError
 from spag.training.checkpoints import write_complete_marker
 from spag.training.collate import LengthGroupedSampler
-from spag.training.objectives import OBJECTIVES, build_objective
+from spag.training.objectives import OBJECTIVES
 from spag.training.packing import packed_sequence_logprobs
 from spag.training.scoring import model_sequence_logprobs
 
@@ -60,8 +60,8 @@ class SpagTrainer(Trainer):
         # accumulation steps, as for any loss that does not count tokens itself.
         self.model_accepts_loss_kwargs = False
         self.loss_is_scaled_for_ga = False
-        # The loss by name, its coefficients from the arguments (spag.training.objectives).
-        self.objective = build_objective(self.args.objective, self.args)
+        # The loss by name; it reads its coefficients from the arguments.
+        self.objective = OBJECTIVES[self.args.objective]
         self._reset_stats()
         self.add_callback(_StatsClock(self))
 
@@ -72,7 +72,7 @@ class SpagTrainer(Trainer):
             return super()._get_train_sampler(dataset)
         lengths = self.lengths if self.lengths is not None else dataset.lengths
         is_sft = None
-        if OBJECTIVES[self.args.objective].mixes_types:
+        if self.objective.mixes_types:
             # The loss divides each term by its count in the micro-batch: batches must keep
             # the SFT/game mix of random batches, so lengths are grouped within each type.
             is_sft = dataset.is_sft
@@ -101,7 +101,7 @@ class SpagTrainer(Trainer):
         # The loss in float32 (both log-prob paths return it; the side columns stay it).
         lp = self.policy_logprobs(model, inputs).float()
         ref = inputs["ref_logprob"].float()
-        loss, stats = self.objective.loss(lp, ref, inputs)
+        loss, stats = self.objective.loss(self.args, lp, ref, inputs)
         if "attention_mask" in inputs:
             mask = inputs["attention_mask"]
             stats["tokens"] = mask.sum().to(torch.float32)
