@@ -43,6 +43,9 @@ from spag.errors import SpagInputError
 # The project's root: a game's shipped prompts file is a path relative to it.
 PROJECT_DIR = Path(__file__).resolve().parents[3]
 
+# A game's messages so far, in order: each {"role": ..., "content": ...}.
+History = Sequence[Mapping[str, str]]
+
 # Game name -> "module:object" of its implementation.
 GAMES: dict[str, str] = {
     "taboo": "spag.game.taboo:TABOO",
@@ -60,7 +63,7 @@ class Game(Protocol):
     deals: tuple[str, ...] | None  # a closed set of secrets, or None: from config words
     demonstrations: str  # data.imitation's default: a shipped file, or "scripted"
     # (history, secret, random.Random) -> a reply; None when the game has no scripted player.
-    scripted_reply: Callable[[Sequence[Mapping[str, str]], str, random.Random], str] | None
+    scripted_reply: Callable[[History, str, random.Random], str] | None
 
     def winner(self, outcome: str) -> str | None:
         """The role that won ``outcome`` by play; None for ties and rule breaks."""
@@ -71,14 +74,10 @@ class Game(Protocol):
     def result(self, outcome: str, role: str) -> float:
         """``role``'s signed result of ``outcome``: what it won (> 0) or lost (< 0)."""
 
-    def judge(
-        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-    ) -> tuple[str, int]:
+    def judge(self, history: History, secret: str, max_turns: int) -> tuple[str, int]:
         """``(outcome, n)``: the game's outcome and the message n that decided it."""
 
-    def end_reason(
-        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-    ) -> str | None:
+    def end_reason(self, history: History, secret: str, max_turns: int) -> str | None:
         """Why the game is over after its last message, or None while it goes on."""
 
     def load_prompts(self, path: str | None = None) -> Any:
@@ -88,23 +87,12 @@ class Game(Protocol):
         """The shipped prompts file."""
 
     def play_prompt(
-        self,
-        prompts: Any,
-        history: Sequence[Mapping[str, str]],
-        role: str,
-        secret: str,
-        max_turns: int,
+        self, prompts: Any, history: History, role: str, secret: str, max_turns: int
     ) -> str:
         """The prompt for ``role``'s next message in play (fixed text)."""
 
     def training_prompt(
-        self,
-        prompts: Any,
-        history: Sequence[Mapping[str, str]],
-        role: str,
-        secret: str,
-        max_turns: int,
-        u: float,
+        self, prompts: Any, history: History, role: str, secret: str, max_turns: int, u: float
     ) -> str:
         """A randomised training prompt for ``role``'s next message; ``u`` in [0, 1)
         picks the variant."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from spag.errors import SpagInputError
-from spag.game.base import PromptsFile, TwoPlayerGame, placeholders
+from spag.game.base import History, PromptsFile, TwoPlayerGame, placeholders
 
 # ---------------------------------------------------------------- rules and solution
 CARDS = ("J", "Q", "K")
@@ -207,7 +207,7 @@ def read_move(text: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
-def play_hand(history: Sequence[Mapping[str, str]]) -> tuple[tuple[str, ...], str | None]:
+def play_hand(history: History) -> tuple[tuple[str, ...], str | None]:
     """The legal moves of the messages in order, and the seat that broke the rules (its
     message ends the hand), or None."""
     moves: tuple[str, ...] = ()
@@ -222,9 +222,7 @@ def play_hand(history: Sequence[Mapping[str, str]]) -> tuple[tuple[str, ...], st
     return moves, None
 
 
-def judge_hand(
-    history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-) -> tuple[str, int]:
+def judge_hand(history: History, secret: str, max_turns: int) -> tuple[str, int]:
     """``(outcome, n)``: how the hand ended and at which message."""
     moves, breaker = play_hand(history)
     if breaker is not None:
@@ -278,13 +276,11 @@ def read_kuhn_prompts(c: PromptsFile) -> KuhnPrompts:
     )
 
 
-def _lines(history: Sequence[Mapping[str, str]]) -> str:
+def _lines(history: History) -> str:
     return "".join(f"\n  - {m['role']}: {m['content']}" for m in history)
 
 
-def random_legal_reply(
-    history: Sequence[Mapping[str, str]], secret: str, rng: random.Random
-) -> str:
+def random_legal_reply(history: History, secret: str, rng: random.Random) -> str:
     """The scripted player: a uniformly random legal move, whatever its card (legal,
     far from equilibrium: exploitability 11/24)."""
     moves, _ = play_hand(history)
@@ -317,19 +313,13 @@ class KuhnPoker(TwoPlayerGame):
     broken = {FIRST_BROKE_RULES: FIRST, SECOND_BROKE_RULES: SECOND}
 
     @staticmethod
-    def scripted_reply(
-        history: Sequence[Mapping[str, str]], secret: str, rng: random.Random
-    ) -> str:
+    def scripted_reply(history: History, secret: str, rng: random.Random) -> str:
         return random_legal_reply(history, secret, rng)
 
-    def judge(
-        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-    ) -> tuple[str, int]:
+    def judge(self, history: History, secret: str, max_turns: int) -> tuple[str, int]:
         return judge_hand(history, secret, max_turns)
 
-    def end_reason(
-        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-    ) -> str | None:
+    def end_reason(self, history: History, secret: str, max_turns: int) -> str | None:
         moves, breaker = play_hand(history)
         if breaker is not None:
             return END_RULE_BREAK
@@ -342,20 +332,13 @@ class KuhnPoker(TwoPlayerGame):
     def read_prompts(self, texts: PromptsFile) -> KuhnPrompts:
         return read_kuhn_prompts(texts)
 
-    def _instruction(
-        self, text: str, history: Sequence[Mapping[str, str]], role: str, secret: str
-    ) -> str:
+    def _instruction(self, text: str, history: History, role: str, secret: str) -> str:
         moves, _ = play_hand(history)
         card = parse_deal(secret)[self.roles.index(role)]
         return text.format(seat=role, card=card, moves=" or ".join(legal_moves(moves)))
 
     def play_prompt(
-        self,
-        prompts: KuhnPrompts,
-        history: Sequence[Mapping[str, str]],
-        role: str,
-        secret: str,
-        max_turns: int,
+        self, prompts: KuhnPrompts, history: History, role: str, secret: str, max_turns: int
     ) -> str:
         play = prompts.play
         so_far = f"{play['history_title']}{_lines(history)}" if history else play["started"]
@@ -365,7 +348,7 @@ class KuhnPoker(TwoPlayerGame):
     def training_prompt(
         self,
         prompts: KuhnPrompts,
-        history: Sequence[Mapping[str, str]],
+        history: History,
         role: str,
         secret: str,
         max_turns: int,

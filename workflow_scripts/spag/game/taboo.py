@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from spag.errors import SpagInputError
-from spag.game.base import PromptsFile, TwoPlayerGame
+from spag.game.base import History, PromptsFile, TwoPlayerGame
 
 ATTACKER, DEFENDER = "attacker", "defender"
 ROLES = (ATTACKER, DEFENDER)
@@ -109,9 +109,7 @@ def mentions(text: str, word: str) -> bool:
     return any(d in low for d in derivatives(word))
 
 
-def judge_game(
-    history: Sequence[Mapping[str, str]], target_word: str, max_turns: int
-) -> tuple[str, int]:
+def judge_game(history: History, target_word: str, max_turns: int) -> tuple[str, int]:
     """Judge one game: ``(outcome, n)`` with n the message at which it was decided.
 
     ``history`` is a list of ``{"role", "content"}`` dicts, attacker first.
@@ -163,13 +161,7 @@ class Prompts:
     )
     _combinations: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
-    def play_prompt(
-        self,
-        history: Sequence[Mapping[str, str]],
-        role: str,
-        target_word: str,
-        max_turns: int,
-    ) -> str:
+    def play_prompt(self, history: History, role: str, target_word: str, max_turns: int) -> str:
         """The fixed prompt for ``role``'s next message; it ends with a cue line."""
         _check_role(role)
         parts = [self.play_rules.format(max_turns=max_turns), "\n\n"]
@@ -324,14 +316,10 @@ class AdversarialTaboo(TwoPlayerGame):
         """The defender's correct guess of ``word`` (graded hints score it)."""
         return f"{GUESS_PHRASE} {word}!"
 
-    def judge(
-        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-    ) -> tuple[str, int]:
+    def judge(self, history: History, secret: str, max_turns: int) -> tuple[str, int]:
         return judge_game(history, secret, max_turns)
 
-    def end_reason(
-        self, history: Sequence[Mapping[str, str]], secret: str, max_turns: int
-    ) -> str | None:
+    def end_reason(self, history: History, secret: str, max_turns: int) -> str | None:
         last = history[-1]
         if last["role"] == DEFENDER and GUESS_MARK in last["content"].lower():
             return END_GUESS
@@ -345,23 +333,12 @@ class AdversarialTaboo(TwoPlayerGame):
         return read_prompts(texts)
 
     def play_prompt(
-        self,
-        prompts: Prompts,
-        history: Sequence[Mapping[str, str]],
-        role: str,
-        secret: str,
-        max_turns: int,
+        self, prompts: Prompts, history: History, role: str, secret: str, max_turns: int
     ) -> str:
         return prompts.play_prompt(history, role, secret, max_turns)
 
     def training_prompt(
-        self,
-        prompts: Prompts,
-        history: Sequence[Mapping[str, str]],
-        role: str,
-        secret: str,
-        max_turns: int,
-        u: float,
+        self, prompts: Prompts, history: History, role: str, secret: str, max_turns: int, u: float
     ) -> str:
         return prompts.training_prompt_from(
             [m["role"] for m in history],
