@@ -6,7 +6,7 @@ import argparse
 import logging
 from dataclasses import dataclass
 
-from spag.data.words import WordfreqSettings, WordsSettings
+from spag.data.words import WORDFREQ_LANG, WORDFREQ_TOP_N, WordsSettings
 from spag.settings import add_arguments as add_setting_arguments
 from spag.settings import from_arguments, opt, req
 
@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
-class TargetWordsConfig(WordfreqSettings, WordsSettings):
+class TargetWordsConfig(WordsSettings):
     """One ``spag target-words`` job: its files, seed and the config's ``words``."""
 
     output_train: str = req("training word list to write")
@@ -23,6 +23,8 @@ class TargetWordsConfig(WordfreqSettings, WordsSettings):
     num_train: int = req("number of training words")
     num_test: int = req("number of held-out words")
     seed: int = opt(0, "seed of the shuffle before the split")
+    lang: str = opt(WORDFREQ_LANG, "wordfreq: language code")
+    top_n: int = opt(WORDFREQ_TOP_N, "wordfreq: candidates")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -51,12 +51,10 @@ class WordsSettings(Checked):
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class WordfreqSettings:
-    """Which wordfreq list is filtered; not in the config (the workflow takes these)."""
-
-    lang: str = opt("en", "wordfreq: language code")
-    top_n: int = opt(20000, "wordfreq: candidates")
+# Which wordfreq list is filtered: not config keys (the workflow takes these), `spag
+# target-words --lang/--top-n` for another list.
+WORDFREQ_LANG = "en"
+WORDFREQ_TOP_N = 20000
 
 
 def words_arguments(config: dict[str, Any]) -> dict[str, Any]:
@@ -201,9 +199,7 @@ def filter_candidates(
     return out
 
 
-def wordfreq_candidates(
-    lang: str = WordfreqSettings.lang, top_n: int = WordfreqSettings.top_n
-) -> list[str]:
+def wordfreq_candidates(lang: str = WORDFREQ_LANG, top_n: int = WORDFREQ_TOP_N) -> list[str]:
     """The ``top_n`` most frequent words of ``lang`` from the offline wordfreq data."""
     import wordfreq
 
@@ -219,8 +215,8 @@ def usable_words(
     stopwords: str | os.PathLike | None,
     min_length: int,
     max_length: int,
-    lang: str = WordfreqSettings.lang,
-    top_n: int = WordfreqSettings.top_n,
+    lang: str = WORDFREQ_LANG,
+    top_n: int = WORDFREQ_TOP_N,
 ) -> tuple[list[str], str]:
     """The words a source offers and a name for it: ``wordfreq`` (filtered by the stop
     words, ``None`` for none, and the length bounds) or a word-list file (cleaned, no
