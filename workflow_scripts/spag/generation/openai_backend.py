@@ -407,6 +407,3 @@ class OpenAIBackend(Backend):
 
         with ThreadPoolExecutor(max_workers=min(self.spec.workers, len(prompts))) as pool:
             return list(pool.map(one, range(len(prompts))))
-
-    def release(self, game_ids: list[str]) -> None:
-        """Nothing is kept per game on this side."""

@@ -18,7 +18,8 @@ a coefficient it does not read. ``loss`` gets the batch's per-sample columns
 (:func:`spag.training.collate.sample_columns`): ``reward``, ``weight``, ``is_sft``,
 ``episode`` (the game a sample came from, -1 for an instruction row: what a group-wise
 advantage needs; a game's samples may fall into several micro-batches) and
-``ref_logprob``. A new coefficient is also a field of ``StageSettings``.
+``ref_logprob``. A new coefficient is also a field of ``StageSettings`` (its one
+declaration) and a ``declared_as`` line of ``SpagTrainingArguments``, which the loss reads.
 """
 
 from __future__ import annotations
