@@ -147,17 +147,17 @@ def test_context_budget_caps_at_the_model_context(tiny_model_dir):
 
 def test_hf_one_bos_in_model_input(backend):
     seen = []
-    original = backend._decode
+    original = backend._prompt_pass
 
-    def spy(seqs, keys, **kw):
+    def spy(seqs, keys, shared_len):
         seen.extend(seqs)
-        return original(seqs, keys, **kw)
+        return original(seqs, keys, shared_len)
 
-    backend._decode = spy
+    backend._prompt_pass = spy
     try:
         _gen(backend, PROMPTS)
     finally:
-        del backend._decode
+        del backend._prompt_pass
     bos = backend.tokenizer.bos_token_id
     assert len(seen) == len(PROMPTS)
     for ids in seen:
@@ -351,44 +351,53 @@ def test_hf_game_replies_do_not_depend_on_the_other_games_of_the_batch(tiny_mode
     assert other != together
 
 
-def test_row_memory_counts_activations_and_scores_only_where_stored():
+def test_row_memory_counts_slots_prompt_passes_and_scores_only_where_stored():
     from transformers import LlamaConfig
 
-    from spag.generation.hf_backend import RowMemory
+    from spag.generation.hf_backend import PASS_SHARE, RowMemory
 
     # Llama-2-7B in bf16, 1.5k-token prompts, 256 new tokens, kept keys/values.
     config = LlamaConfig(
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32
     )
-    kv_cache = (2 * 1500 + 256) * 2 * 32 * 32 * 128 * 2
-    fused = RowMemory.of(config, 2, fused_attention=True).row_bytes(1500, 256, reuse_kv=True)
-    stored = RowMemory.of(config, 2, fused_attention=False).row_bytes(1500, 256, reuse_kv=True)
-    assert kv_cache / 2**30 == pytest.approx(1.59, abs=0.01)
-    # CUDA's fused kernels: the cache and the prompt pass's activations, no scores.
-    assert fused == kv_cache + 1500 * (3 * 11008 + 4 * 4096) * 2
-    assert fused / kv_cache < 1.1
-    # Where scores are stored (CPU, eager attention): float32, every head, every pair.
-    assert stored == fused + (2 * 1500 + 256) * 32 * 4 * 1500
-    # The 0.85B model of the GPU check (H200, batch 128, 1298-token prompts, 64 new
-    # tokens): measured 96.3 MB a row; the estimate stays above it by less than a fifth.
-    check = LlamaConfig(
-        hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=16,
-        num_key_value_heads=4,
-    )  # fmt: skip
-    estimate = RowMemory.of(check, 2, fused_attention=True).row_bytes(1298, 64, reuse_kv=False)
-    assert 1.0 < estimate / 96_323_380 < 1.2
+    per_token = 2 * 32 * 32 * 128 * 2
+    fused = RowMemory.of(config, 2, fused_attention=True)
+    stored = RowMemory.of(config, 2, fused_attention=False)
+    # A slot holds its prompt and reply only: no padding, whatever kept keys/values do.
+    assert fused.slot_bytes(1500, 256) == (1500 + 256) * per_token
+    assert fused.slot_bytes(1500, 256) / 2**30 == pytest.approx(0.86, abs=0.01)
+    # A prompt pass pads the known and own parts apart (kept keys/values) and holds the
+    # MLP's activations; scores only where the attention stores them (CPU, eager).
+    activations = 1500 * (3 * 11008 + 4 * 4096) * 2
+    assert fused.pass_bytes(1500, reuse_kv=True) == 2 * 1500 * per_token + activations
+    assert fused.pass_bytes(1500, reuse_kv=False) == 1500 * per_token + activations
+    assert stored.pass_bytes(1500, True) == fused.pass_bytes(1500, True) + 2 * 1500 * 32 * 4 * 1500
+    # Slots and a prompt pass of a quarter of them fit the budget, one more slot does not.
+    budget = 60 * 2**30
+    rows, pass_rows = fused.batch_rows(1500, 256, True, budget, most=1000)
+    slot, row = fused.slot_bytes(1500, 256), fused.pass_bytes(1500, True)
+    assert pass_rows >= -(-rows // PASS_SHARE)
+    assert rows * slot + pass_rows * row <= budget
+    assert (rows + 1) * slot + (-(-(rows + 1) // PASS_SHARE)) * row > budget
+    # Fewer slots (batch_size): the prompt pass takes what they leave, up to every slot.
+    assert fused.batch_rows(1500, 256, True, budget, most=8) == (8, 8)
+    few, part = fused.batch_rows(1500, 256, True, budget, most=rows - 2)
+    assert few == rows - 2 and part == min(few, (budget - few * slot) // row)
+    assert fused.batch_rows(1500, 256, True, slot + row - 1, most=8) == (0, 1)
 
 
-def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
+def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
     whole = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256)
     longest = max(len(ids) for ids, _ in whole.encoder.encode(PROMPTS, 256))
-    one_row = whole.row_bytes(longest, 10)
+    memory = whole._memory
+    one_row = memory.slot_bytes(longest, 10) + memory.pass_bytes(longest, whole.reuse_kv)
     split = load_backend(
         "hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256, batch_memory_bytes=one_row + 1
     )
+    assert split.batch_rows(longest, 10) == (1, 1)
     sizes = []
-    real = split._decode
-    split._decode = lambda seqs, *a, **kw: (sizes.append(len(seqs)), real(seqs, *a, **kw))[1]
+    real = split._prompt_pass
+    split._prompt_pass = lambda seqs, *a: (sizes.append(len(seqs)), real(seqs, *a))[1]
     ids = [f"g{i}" for i in range(len(PROMPTS))]
     for opts in (
         dict(temperature=0.0, top_p=1.0, top_k=0, greedy=True),
@@ -398,7 +407,7 @@ def test_hf_batch_memory_splits_the_batch_with_the_same_replies(tiny_model_dir):
         a = _texts(_gen(whole, PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
         b = _texts(_gen(split, PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
         assert a == b
-        assert sizes[0] == 1 and len(sizes) > 1  # the longest prompts went one by one
+        assert sizes == [1] * len(PROMPTS)  # one slot: the prompts went one by one
     tiny = load_backend(
         "hf", tiny_model_dir, **LOCAL, max_length=256, batch_memory_bytes=one_row // 4
     )
@@ -430,3 +439,32 @@ def test_cgroup_memory_limits_of_the_job_and_its_parents(tmp_path):
     assert _cgroup_limits(proc, fs) == [(2**30, 100)]
     proc.write_text("4:memory:/\n")
     assert _cgroup_limits(proc, fs) == []  # no limit set
+
+
+def test_hf_slots_are_refilled_as_replies_end_with_the_same_replies(tiny_model_dir):
+    """Two slots, six prompts: each prompt enters a slot as soon as a reply ends, no
+    row-step is spent on an empty slot (on CPU finished rows are seen at every step),
+    and each reply is the one the prompt gets alone."""
+    prompts = [f"{PROMPTS[i % 3]} (game {i})" for i in range(6)]
+    hf = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=2, max_length=256)
+    alone = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=1, max_length=256)
+    ids = [f"g{i}" for i in range(6)]
+    opts = dict(max_new_tokens=16, temperature=1.5, top_k=50, greedy=False, seed=3)
+    passes = []
+    real = hf._prompt_pass
+    hf._prompt_pass = lambda seqs, *a: (passes.append(len(seqs)), real(seqs, *a))[1]
+    # EOS made likely enough that replies end at different steps.
+    hooks = [_bias_logits(b, {b.eos_ids[0]: 4.0}) for b in (hf, alone)]
+    try:
+        together = _gen(hf, prompts, game_ids=ids, **opts)
+        single = [
+            _gen(alone, [p], game_ids=[g], **opts)[0] for p, g in zip(prompts, ids, strict=True)
+        ]
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert together == single
+    assert len({r.num_tokens for r in together}) > 1  # replies of several lengths
+    assert passes[0] == 2 and sum(passes) == 6  # later prompts entered freed slots
+    made = sum(r.num_tokens for r in together)
+    assert hf.stats["decode_tokens"] == made == hf.stats["decode_row_steps"]

@@ -202,11 +202,12 @@ def run(args: argparse.Namespace) -> int:
             logged.add(id(backend))
             log.info(
                 "%s model: %d prompt tokens, %d run through it (the rest from kept "
-                "keys/values), %d rows x decoding steps",
+                "keys/values), %d rows x decoding steps, %d of them making a token",
                 key,
                 stats["prompt_tokens"],
                 stats["prompt_tokens_computed"],
                 stats["decode_row_steps"],
+                stats["decode_tokens"],
             )
     table = games_table(
         games,

@@ -118,8 +118,16 @@ class HFBackend(Backend):
             and getattr(config, "_attn_implementation", None) in FUSED_ATTENTION,
         )
         # Work done, for the job's log: prompt tokens, those run through the model
-        # (the rest came from kept keys/values), and rows x decoding steps.
-        self.stats = {"prompt_tokens": 0, "prompt_tokens_computed": 0, "decode_row_steps": 0}
+        # (the rest came from kept keys/values), rows x decoding steps, and those of
+        # them that made a token (the rest decoded an empty slot or past an EOS).
+        self.stats = {
+            "prompt_tokens": 0,
+            "prompt_tokens_computed": 0,
+            "decode_row_steps": 0,
+            "decode_tokens": 0,
+        }
+        # The prompt prefix of the last call (the rules) and its keys/values.
+        self._prefix: tuple[list[int], list[tuple]] | None = None
 
     def draw(
         self, prompts: list[str], sampling: Sampling, seeds: list[int], game_ids: list[str] | None
@@ -128,24 +136,14 @@ class HFBackend(Backend):
 
         max_new_tokens = sampling.max_new_tokens
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
-        sample = sampling.samples
-        # Longest first: similar lengths share a sub-batch, so little padding.
-        order = sorted(range(len(encoded)), key=lambda i: (-len(encoded[i][0]), i))
-        replies: list[Reply | None] = [None] * len(encoded)
+        seqs = [ids for ids, _ in encoded]
+        # Longest first: the first rows fix the slot width, and similar lengths share a
+        # prompt pass, so little padding.
+        order = sorted(range(len(seqs)), key=lambda i: (-len(seqs[i]), i))
+        keys = game_ids if game_ids and self.reuse_kv else None
         with torch.inference_mode():
-            for idx in self._sub_batches(order, [len(ids) for ids, _ in encoded], max_new_tokens):
-                keys = [game_ids[i] for i in idx] if game_ids and self.reuse_kv else None
-                # One random stream per game: its draws do not depend on its neighbours.
-                generators = [self._generator(seeds[i]) for i in idx] if sample else None
-                rows = self._decode(
-                    [encoded[i][0] for i in idx],
-                    keys,
-                    sampling=sampling,
-                    generators=generators,
-                )
-                for i, tokens in zip(idx, rows, strict=True):
-                    replies[i] = self._reply(tokens, encoded[i][1])
-        return replies  # type: ignore[return-value]
+            tokens = _Slots(self, seqs, order, keys, sampling, seeds).run()
+        return [self._reply(tokens[i], encoded[i][1]) for i in range(len(seqs))]
 
     def _generator(self, seed: int):
         import torch
@@ -163,28 +161,23 @@ class HFBackend(Backend):
             self._batch_memory_bytes = default_batch_memory(self.device, kept)
         return self._batch_memory_bytes
 
-    def row_bytes(self, prompt_len: int, max_new_tokens: int) -> int:
-        """One row's memory in a sub-batch whose longest prompt has ``prompt_len``
-        tokens (:class:`RowMemory`)."""
-        return self._memory.row_bytes(prompt_len, max_new_tokens, self.reuse_kv)
-
-    def _sub_batches(self, order: list[int], lengths: list[int], max_new_tokens: int):
-        """Split ``order`` (longest prompt first) into sub-batches of at most
-        ``batch_size`` rows that fit ``batch_memory_bytes``."""
-        start = 0
-        while start < len(order):
-            per_row = self.row_bytes(lengths[order[start]], max_new_tokens)
-            fit = self.batch_memory_bytes // per_row
-            if fit < 1:
-                raise SpagInputError(
-                    f"one game needs {per_row / 2**30:.2f} GiB for a {lengths[order[start]]}-token "
-                    f"prompt and {max_new_tokens} new tokens, more than the batch memory "
-                    f"({self.batch_memory_bytes / 2**30:.2f} GiB, selfplay.batch_memory_gib); "
-                    "raise it or lower selfplay.max_length"
-                )
-            size = min(self.batch_size, fit)
-            yield order[start : start + size]
-            start += size
+    def batch_rows(self, prompt_len: int, max_new_tokens: int) -> tuple[int, int]:
+        """Slots of a call (at most ``batch_size``) and rows of one prompt pass, for
+        prompts of at most ``prompt_len`` tokens (:meth:`RowMemory.batch_rows`)."""
+        rows, pass_rows = self._memory.batch_rows(
+            prompt_len, max_new_tokens, self.reuse_kv, self.batch_memory_bytes, self.batch_size
+        )
+        if rows < 1:
+            need = self._memory.slot_bytes(prompt_len, max_new_tokens) + self._memory.pass_bytes(
+                prompt_len, self.reuse_kv
+            )
+            raise SpagInputError(
+                f"one game needs {need / 2**30:.2f} GiB for a {prompt_len}-token "
+                f"prompt and {max_new_tokens} new tokens, more than the batch memory "
+                f"({self.batch_memory_bytes / 2**30:.2f} GiB, selfplay.batch_memory_gib); "
+                "raise it or lower selfplay.max_length"
+            )
+        return rows, pass_rows
 
     def release(self, game_ids: list[str]) -> None:
         """Forget the stored keys/values of finished games."""
@@ -194,45 +187,39 @@ class HFBackend(Backend):
                 self._kv_stored_bytes -= _nbytes(entry[1])
 
     def _prefix_kv(self, prefix: list[int]) -> list[tuple]:
-        """Keys and values (heads, tokens, dim) of a prompt prefix, computed at batch size 1."""
+        """Keys and values (heads, tokens, dim) of a prompt prefix, computed at batch size 1
+        and kept for the next call with the same prefix (the game rules)."""
         import torch
         from transformers import DynamicCache
 
+        if self._prefix is not None and self._prefix[0] == prefix:
+            return self._prefix[1]
         cache = DynamicCache(config=self.model.config)
         ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
         self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+        self.stats["prompt_tokens_computed"] += len(prefix)
+        kv = [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+        self._prefix = (list(prefix), kv)
+        return kv
 
-    def _decode(
-        self,
-        seqs: list[list[int]],
-        keys: list[str] | None,
-        *,
-        sampling: Sampling,
-        generators,
-    ) -> list[list[int]]:
-        """Generate for one sub-batch; return each row's new tokens (EOS, then padding).
+    def _prompt_pass(self, seqs: list[list[int]], keys: list[str] | None, shared_len: int):
+        """Run the prompts ``seqs`` of one admission through the model.
 
-        Layout per row: ``[pad][known part][pad][own part][new tokens]``. The known
-        part is a prompt prefix whose keys/values are already there: the same game's
-        previous prompt (history is append-only) or else the prefix that all rows
-        share (the game rules, computed once). Only the own part is run through the
-        model before decoding. Padding is masked out and positions count real
-        tokens only, so each row sees exactly its prompt. The cache is preallocated
-        (static): no re-copying at every step.
+        Returns the logits of each prompt's last token and, per row, its keys/values
+        (one (keys, values) pair of shape (heads, tokens, dim) per layer, in token order).
+
+        Layout per row: ``[pad][known part][pad][own part]``. The known part is a
+        prompt prefix whose keys/values are already there: the same game's previous
+        prompt (history is append-only) or else the prefix that every prompt of the
+        call shares (the game rules, computed once). Only the own part is run through
+        the model. Padding is masked out and positions count real tokens only, so each
+        row sees exactly its prompt.
         """
         import torch
         from transformers import StaticCache
 
         dev = self.device
         batch = len(seqs)
-        max_new_tokens = sampling.max_new_tokens
-        first = seqs[0]
-        shortest = min(len(s) for s in seqs)
-        # The longest common prefix, leaving at least one own token per row.
-        shared_len = 0
-        while shared_len < shortest - 1 and all(s[shared_len] == first[shared_len] for s in seqs):
-            shared_len += 1
         known: list[tuple[int, list[tuple] | None]] = []
         for row, s in enumerate(seqs):
             stored = self._kv_store.get(keys[row]) if keys else None
@@ -244,16 +231,15 @@ class HFBackend(Backend):
                     n += 1
             known.append((n, stored[1]) if n > shared_len else (shared_len, None))
         shared = (
-            self._prefix_kv(first[:shared_len])
+            self._prefix_kv(seqs[0][:shared_len])
             if any(kv is None and n for n, kv in known)
             else None
         )
         known_w = max(n for n, _ in known)
         own_w = max(len(s) - n for s, (n, _) in zip(seqs, known, strict=True))
         width = known_w + own_w
-        total = width + max_new_tokens
         ids = torch.full((batch, own_w), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((batch, total), dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
         positions = torch.zeros((batch, own_w), dtype=torch.long)
         for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
             own = s[n:]
@@ -267,7 +253,7 @@ class HFBackend(Backend):
             len(s) - n for s, (n, _) in zip(seqs, known, strict=True)
         )
 
-        cache = StaticCache(config=self.model.config, max_cache_len=total)
+        cache = StaticCache(config=self.model.config, max_cache_len=width)
         if known_w:
             # Each row's known part copied once into a left-padded block (no pad/stack
             # copies). The cache copies the block, so one block serves every layer: each
@@ -289,79 +275,44 @@ class HFBackend(Backend):
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
+        rows_kv = []
+        for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
+            own = len(s) - n
+            rows_kv.append(
+                [
+                    tuple(
+                        torch.cat(
+                            (t[row, :, known_w - n : known_w], t[row, :, width - own : width]),
+                            dim=1,
+                        )
+                        for t in (layer.keys, layer.values)
+                    )
+                    for layer in cache.layers
+                ]
+            )
         if keys:
             self.release(keys)
-            per_token = _nbytes(
-                [(layer.keys[0, :, :1], layer.values[0, :, :1]) for layer in cache.layers]
-            )
-            for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
-                own = len(s) - n
+            per_token = _nbytes([(k[:, :1], v[:, :1]) for k, v in rows_kv[0]])
+            for row, s in enumerate(seqs):
                 if self._kv_stored_bytes + per_token * len(s) > self.reuse_kv_bytes:
                     continue
                 self._kv_stored_bytes += per_token * len(s)
-                self._kv_store[keys[row]] = (
-                    list(s),
-                    [
-                        (
-                            torch.cat(
-                                (
-                                    layer.keys[row, :, known_w - n : known_w],
-                                    layer.keys[row, :, width - own : width],
-                                ),
-                                dim=1,
-                            ),
-                            torch.cat(
-                                (
-                                    layer.values[row, :, known_w - n : known_w],
-                                    layer.values[row, :, width - own : width],
-                                ),
-                                dim=1,
-                            ),
-                        )
-                        for layer in cache.layers
-                    ],
-                )
-        next_pos = positions[:, -1] + 1
-        eos = torch.tensor(self.eos_ids, device=dev)
-        pad = torch.full((batch,), self.pad_id, dtype=torch.long, device=dev)
-        done = torch.zeros(batch, dtype=torch.bool, device=dev)
-        out = torch.full((batch, max_new_tokens), self.pad_id, dtype=torch.long, device=dev)
-        noise = self._noise(sampling, generators, batch, max_new_tokens, logits.shape[-1])
-        for t in range(max_new_tokens):
-            logits = logits.float()
-            if t < MIN_NEW_TOKENS:
-                logits[:, eos] = float("-inf")  # no reply may be empty
-            race = None if noise is None else noise[:, t]
-            token = torch.where(done, pad, self._pick(logits, sampling, generators, race))
-            out[:, t] = token
-            self.stats["decode_row_steps"] += batch
-            done |= torch.isin(token, eos)
-            if t + 1 == max_new_tokens or bool(done.all()):
-                break
-            mask[:, width + t] = 1
-            logits = self.model(
-                input_ids=token[:, None],
-                attention_mask=mask,
-                position_ids=(next_pos + t)[:, None],
-                past_key_values=cache,
-                use_cache=True,
-            ).logits[:, -1, :]
-        return out.tolist()
+                self._kv_store[keys[row]] = (list(s), rows_kv[row])
+        return logits, rows_kv
 
-    def _noise(self, sampling: Sampling, generators, batch: int, steps: int, vocab: int):
-        """Each row's exponential draws for every decoding step of a sub-batch, drawn up
-        front from its own generator: one random-number kernel per row and sub-batch
-        instead of per row and step (2.0 ms against 0.16 ms a step for 128 rows on an
-        H200, perf/results/gpu/). Only under top-k, where a step draws k numbers; None
+    def _noise(self, sampling: Sampling, generator, steps: int, vocab: int):
+        """A game's exponential draws for every decoding step of its reply, drawn up
+        front from its own generator: one random-number kernel per game instead of per
+        game and step (2.0 ms against 0.16 ms a step for 128 rows on an H200,
+        perf/results/gpu/). Only under top-k, where a step draws k numbers; None
         otherwise (each step draws over the vocabulary, :meth:`_pick`)."""
         import torch
 
         if not sampling.samples or not 0 < sampling.top_k < vocab:
             return None
-        noise = torch.empty(batch, steps, sampling.top_k, device=self.device)
-        for row, generator in enumerate(generators):
-            noise[row].exponential_(generator=generator)
-        return noise
+        return torch.empty(steps, sampling.top_k, device=self.device).exponential_(
+            generator=generator
+        )
 
     @staticmethod
     def _pick(logits, sampling: Sampling, generators, race=None):
@@ -407,6 +358,262 @@ class HFBackend(Backend):
         )
 
 
+# Steps between two looks at which rows have finished: each look waits for the device.
+CHECK_EVERY = {"cpu": 1, "cuda": 4}
+# Once no prompt waits, the batch drops its empty slots when at most this share of them
+# still decodes: on CPU at once (a step's cost follows its rows), on CUDA at half (a
+# smaller batch saves little there until the step is bound by its rows).
+SHRINK_AT = {"cpu": 1.0, "cuda": 0.5}
+
+
+class _Slots:
+    """One ``draw`` call decoded in a fixed set of slots that are refilled as replies end.
+
+    Every slot holds one game's prompt and reply in a ring of ``width`` key/value
+    columns (the longest prompt of the call plus ``max_new_tokens``). A decoding step
+    writes every slot's new token at one shared column, then the column moves on. A
+    game admitted into a slot has its prompt's keys/values copied into the columns just
+    behind the write column, so its reply never reaches them before it ends; a mask per
+    slot marks its own columns (attention does not depend on the order of its keys, and
+    positions go with each token). When a slot's reply ends (EOS, or
+    ``max_new_tokens``), the next waiting prompt of the call, longest first, takes it:
+    the slots stay full until the call runs out of prompts, then the batch shrinks to
+    the slots still decoding.
+    """
+
+    def __init__(self, backend: HFBackend, seqs, order, keys, sampling: Sampling, seeds):
+        import torch
+
+        self.b, self.seqs, self.keys, self.sampling = backend, seqs, keys, sampling
+        self.seeds = seeds
+        self.queue = list(order)
+        self.max_new = sampling.max_new_tokens
+        self.width = len(seqs[order[0]]) + self.max_new
+        rows, self.pass_rows = backend.batch_rows(len(seqs[order[0]]), self.max_new)
+        self.rows = min(rows, len(order))
+        # The prefix every prompt of the call shares (the rules), leaving each prompt
+        # at least one token of its own.
+        first, shortest = seqs[order[0]], min(len(s) for s in seqs)
+        shared = 0
+        while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
+            shared += 1
+        self.shared_len = shared
+        dev = backend.device
+        model = backend.model
+        self.eos = torch.tensor(backend.eos_ids, device=dev)
+        vocab = model.get_output_embeddings().weight.shape[0]
+        self.vocab = vocab
+        self.is_eos = torch.zeros(vocab, dtype=torch.bool, device=dev)
+        self.is_eos[self.eos[self.eos < vocab]] = True
+        n, heads, dim = self.rows, backend._kv_heads, backend._head_dim
+        layers = model.config.get_text_config().num_hidden_layers
+        self.column = torch.zeros(1, dtype=torch.long, device=dev)
+        self.cache = _slot_cache(
+            [
+                (
+                    torch.zeros((n, heads, self.width, dim), dtype=model.dtype, device=dev),
+                    torch.zeros((n, heads, self.width, dim), dtype=model.dtype, device=dev),
+                )
+                for _ in range(layers)
+            ],
+            self.column,
+        )
+        self.valid = torch.zeros((n, self.width), dtype=torch.bool, device=dev)
+        self.pos = torch.zeros(n, dtype=torch.long, device=dev)
+        self.age = torch.zeros(n, dtype=torch.long, device=dev)
+        self.stopped = torch.zeros(n, dtype=torch.bool, device=dev)
+        self.out = torch.full((n, self.max_new), backend.pad_id, dtype=torch.long, device=dev)
+        self.logits = torch.zeros((n, vocab), dtype=torch.float32, device=dev)
+        self.noise = (
+            torch.ones((n, self.max_new, sampling.top_k), device=dev)
+            if sampling.samples and 0 < sampling.top_k < vocab
+            else None
+        )
+        # Host side: the prompt index in each slot (None: empty) and its reply's length.
+        self.slot: list[int | None] = [None] * n
+        self.steps = [0] * n
+        self.generators: list = [None] * n
+        self.tokens: dict[int, list[int]] = {}
+        self.col = 0  # the write column, as the host counts it
+
+    def run(self) -> list[list[int]]:
+        import torch
+
+        b, sampling = self.b, self.sampling
+        every = CHECK_EVERY.get(b.device.type, 4)
+        shrink = SHRINK_AT.get(b.device.type, 0.5)
+        self._admit(list(range(self.rows)))
+        since = 0
+        while True:
+            logits = self.logits
+            logits.masked_fill_(
+                (self.age < MIN_NEW_TOKENS)[:, None] & self.is_eos[None, :], float("-inf")
+            )
+            step = self.age.clamp(max=self.max_new - 1)
+            race = None
+            if self.noise is not None:
+                race = self.noise[torch.arange(len(self.slot), device=b.device), step]
+            elif sampling.samples:
+                race = torch.stack(
+                    [
+                        torch.empty(self.vocab, device=b.device).exponential_(generator=g)
+                        if g is not None
+                        else torch.ones(self.vocab, device=b.device)
+                        for g in self.generators
+                    ]
+                )
+            token = b._pick(logits, sampling, self.generators, race)
+            self.out.scatter_(1, step[:, None], token[:, None])
+            self.stopped |= torch.isin(token, self.eos)
+            self.age += 1
+            live = [r for r, i in enumerate(self.slot) if i is not None]
+            b.stats["decode_row_steps"] += len(self.slot)
+            for r in live:
+                self.steps[r] += 1
+            since += 1
+            if since >= every or any(self.steps[r] >= self.max_new for r in live):
+                since = 0
+                self._collect(live)
+                if all(i is None for i in self.slot) and not self.queue:
+                    break
+            # The next step's logits for every slot (a slot refilled below gets its own).
+            self.valid[:, self.col] = True
+            self.column.fill_(self.col)
+            self.logits = (
+                b.model(
+                    input_ids=token[:, None],
+                    attention_mask=self._mask(),
+                    position_ids=self.pos[:, None],
+                    past_key_values=self.cache,
+                    use_cache=True,
+                )
+                .logits[:, -1, :]
+                .float()
+            )
+            self.pos += 1
+            self.col = (self.col + 1) % self.width
+            free = [r for r, i in enumerate(self.slot) if i is None]
+            if free and self.queue:
+                self._admit(free)
+            elif not self.queue and sum(i is not None for i in self.slot) <= shrink * len(
+                self.slot
+            ):
+                self._shrink()
+        return [self.tokens[i] for i in range(len(self.seqs))]
+
+    def _mask(self):
+        """Each slot's own columns, as the additive mask every attention kernel takes."""
+        import torch
+
+        dtype = self.b.model.dtype
+        zero = torch.zeros((), dtype=dtype, device=self.b.device)
+        low = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=self.b.device)
+        return torch.where(self.valid, zero, low)[:, None, None, :]
+
+    def _collect(self, live: list[int]) -> None:
+        """Take the replies that have ended out of their slots."""
+        stopped = self.stopped.tolist()
+        ended = [r for r in live if stopped[r] or self.steps[r] >= self.max_new]
+        if not ended:
+            return
+        rows = self.out[ended].tolist()
+        for r, tokens in zip(ended, rows, strict=True):
+            self.tokens[self.slot[r]] = tokens[: self.steps[r]]  # type: ignore[index]
+            self.slot[r] = None
+            self.generators[r] = None
+        self.b.stats["decode_tokens"] += sum(_reply_length(t, self.b.eos_ids) for t in rows)
+
+    def _admit(self, free: list[int]) -> None:
+        """Fill the free slots with the next prompts of the call: their prompt pass, in
+        groups of at most ``pass_rows``, and their keys/values copied into the ring."""
+        import torch
+
+        b = self.b
+        while free and self.queue:
+            take = min(len(free), self.pass_rows, len(self.queue))
+            slots, free = free[:take], free[take:]
+            idx, self.queue = self.queue[:take], self.queue[take:]
+            keys = [self.keys[i] for i in idx] if self.keys else None
+            logits, rows_kv = b._prompt_pass([self.seqs[i] for i in idx], keys, self.shared_len)
+            sl = torch.tensor(slots, device=b.device)
+            self.logits[sl] = logits.float()
+            for r, i, kv in zip(slots, idx, rows_kv, strict=True):
+                n = len(self.seqs[i])
+                cols = (torch.arange(self.col - n, self.col, device=b.device)) % self.width
+                for (ring_k, ring_v), (k, v) in zip(self.cache.kv, kv, strict=True):
+                    ring_k[r].index_copy_(1, cols, k)
+                    ring_v[r].index_copy_(1, cols, v)
+                self.valid[r] = False
+                self.valid[r, cols] = True
+                self.pos[r] = n
+                self.slot[r] = i
+                self.steps[r] = 0
+                if self.sampling.samples:
+                    self.generators[r] = b._generator(self.seeds[i])
+                    if self.noise is not None:
+                        self.noise[r] = b._noise(
+                            self.sampling, self.generators[r], self.max_new, self.vocab
+                        )
+            self.age[sl] = 0
+            self.stopped[sl] = False
+
+    def _shrink(self) -> None:
+        """Drop the empty slots once the queue is empty: the rest decode in a smaller batch."""
+        import torch
+
+        keep = [r for r, i in enumerate(self.slot) if i is not None]
+        if not keep or len(keep) == len(self.slot):
+            return
+        k = torch.tensor(keep, device=self.b.device)
+        self.cache.kv = [(ks[k], vs[k]) for ks, vs in self.cache.kv]
+        self.cache.rebind()
+        for name in ("valid", "pos", "age", "stopped", "out", "logits"):
+            setattr(self, name, getattr(self, name)[k])
+        if self.noise is not None:
+            self.noise = self.noise[k]
+        self.slot = [self.slot[r] for r in keep]
+        self.steps = [self.steps[r] for r in keep]
+        self.generators = [self.generators[r] for r in keep]
+
+
+def _reply_length(tokens: list[int], eos_ids: list[int]) -> int:
+    """Generated tokens of a reply up to and including its first EOS."""
+    return next((k + 1 for k, t in enumerate(tokens) if t in eos_ids), len(tokens))
+
+
+def _slot_cache(kv, column):
+    """A transformers cache over the slots' ring: every layer writes its new keys/values
+    at ``column`` (one column for all rows) and attends over the whole ring."""
+    from transformers.cache_utils import Cache, StaticLayer
+
+    class SlotLayer(StaticLayer):
+        def __init__(self, keys, values):
+            super().__init__(max_cache_len=keys.shape[2])
+            self.bind(keys, values)
+
+        def bind(self, keys, values) -> None:
+            self.keys, self.values = keys, values
+            self.dtype, self.device = keys.dtype, keys.device
+            self.batch_size, self.num_heads = keys.shape[:2]
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            self.keys.index_copy_(2, column, key_states)
+            self.values.index_copy_(2, column, value_states)
+            return self.keys, self.values
+
+    class SlotCache(Cache):
+        def __init__(self) -> None:
+            super().__init__(layers=[SlotLayer(k, v) for k, v in kv])
+            self.kv = kv
+
+        def rebind(self) -> None:
+            for layer, (k, v) in zip(self.layers, self.kv, strict=True):
+                layer.bind(k, v)
+
+    return SlotCache()
+
+
 def attention_heads(config) -> tuple[int, int, int]:
     """Query heads, key/value heads and head size of a model's text config."""
     heads = int(config.num_attention_heads)
@@ -446,13 +653,42 @@ class RowMemory:
             score_bytes_per_pair=0 if fused_attention else heads * 4,
         )
 
-    def row_bytes(self, prompt_len: int, max_new_tokens: int, reuse_kv: bool) -> int:
-        # With kept keys/values the known and own parts are padded separately.
-        width = (2 if reuse_kv else 1) * prompt_len + max_new_tokens
+    def slot_bytes(self, prompt_len: int, max_new_tokens: int) -> int:
+        """One slot's keys/values: its prompt and its reply, nothing padded."""
+        return (prompt_len + max_new_tokens) * self.kv_bytes_per_token
+
+    def pass_bytes(self, prompt_len: int, reuse_kv: bool) -> int:
+        """One row of a prompt pass: its keys/values (with kept keys/values the known and
+        own parts are padded separately), its scores where stored, its activations."""
+        width = (2 if reuse_kv else 1) * prompt_len
         return (
             width * (self.kv_bytes_per_token + self.score_bytes_per_pair * prompt_len)
             + prompt_len * self.activation_bytes_per_token
         )
+
+    def batch_rows(
+        self, prompt_len: int, max_new_tokens: int, reuse_kv: bool, budget: int, most: int
+    ) -> tuple[int, int]:
+        """At most ``most`` slots and the rows of one prompt pass that fit ``budget``
+        together. Slots are counted as if a prompt pass took a quarter of them (prompts
+        enter a few at a time as replies end; only the first admission fills every
+        slot); a prompt pass then takes what the slots leave, at least that quarter."""
+        slot = self.slot_bytes(prompt_len, max_new_tokens)
+        row = self.pass_bytes(prompt_len, reuse_kv)
+
+        def passes(n: int) -> int:
+            return -(-n // PASS_SHARE)
+
+        rows = min(int(budget // (slot + row / PASS_SHARE)), most) if slot + row <= budget else 0
+        while rows > 0 and rows * slot + passes(rows) * row > budget:
+            rows -= 1
+        if rows < 1:
+            return 0, 1
+        return rows, min(rows, max(passes(rows), (budget - rows * slot) // row))
+
+
+# Slots are sized as if a prompt pass took 1/PASS_SHARE of them (RowMemory.batch_rows).
+PASS_SHARE = 4
 
 
 def default_batch_memory(device, kept_bytes: int) -> int:
