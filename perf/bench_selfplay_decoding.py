@@ -61,6 +61,8 @@ def stop_hook(model, eos_id: int, mean_length: float):
     p = 1.0 / max(mean_length - 2.0, 1.0)
 
     def hook(module, args, kwargs, output):
+        if kwargs.get("position_ids") is None:  # the shared prefix's pass: no reply
+            return output
         pos = kwargs["position_ids"][:, -1]
         tok = kwargs["input_ids"][:, -1]
         u = ((pos * 1103515245 + tok * 12345 + 7) % 65536).float() / 65536

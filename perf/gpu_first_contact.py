@@ -14,8 +14,13 @@ Steps:
 - ``models``: builds both models; loading to the GPU through host memory
   (``.to(cuda)``) against ``device_map`` (straight to the card);
 - ``generation``: the ``hf`` backend's tokens/s at batch 1, 8, 32, 128 on the same
-  games, peak memory per row against :meth:`HFBackend.row_bytes`, and the
+  games, peak memory per row against the slot and prompt-pass estimate
+  (:class:`spag.generation.hf_backend.RowMemory`), and the
   sampler's cost per decode step (one random kernel per row against one per batch);
+- ``selfplay``: self-play-shaped decoding (``perf/bench_selfplay_decoding.py``: Taboo
+  self-play of the big model, several turns a game, replies stopped at the committed
+  SmolLM2 games' mean length) at batch 128 and batch 1, the code of ``GFC_BEFORE``
+  (a checkout of an earlier commit, where given) beside this one in the same run;
 - ``invariance``: the same games at batch 1 and 8, greedy and seeded, in fp32 and
   bf16: how many replies differ;
 - ``scoring``: reference scoring throughput, packed and padded, in fp32 and bf16;
@@ -314,7 +319,12 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
         longest = max(
             len(backend.encoder.encode([g], backend.max_length)[0][0]) for g in games[:count]
         )
-        estimate = backend.row_bytes(longest, sizes.max_new_tokens)
+        # A slot and its share of a prompt pass (all slots enter at once here: no
+        # rules prefix is shared by these prompts' first call beyond the rules).
+        memory = backend._memory
+        estimate = memory.slot_bytes(longest, sizes.max_new_tokens) + memory.pass_bytes(
+            longest, backend.reuse_kv
+        )
         peak = _peak_since(device, base)
         rec(
             "batch",
@@ -345,7 +355,7 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
         start = time.perf_counter()
         noise = None
         if how == "per_row_upfront":
-            noise = backend._noise(sampling, generators, batch, reps, vocab)
+            noise = torch.stack([backend._noise(sampling, g, reps, vocab) for g in generators])
         for t in range(reps):
             if how == "per_row":
                 backend._pick(logits, sampling, generators)
@@ -718,10 +728,39 @@ def _memory_estimate(spag_args: list[str]):
     )
 
 
+def step_selfplay(args: argparse.Namespace, rec: Recorder) -> None:
+    sizes = args.sizes
+    before = os.environ.get("GFC_BEFORE")
+    lengths = sorted(str(p) for p in (REPO / "perf/results/smollm2/seed42/games").glob("*.parquet"))
+    for batch, games in ((max(sizes.batches), max(sizes.batches)), (1, sizes.batch1_games)):
+        out = args.out / f"selfplay_decoding_batch{batch}.md"
+        cmd = [
+            sys.executable, str(REPO / "perf/bench_selfplay_decoding.py"),
+            "--model", str(args.work / "big"), "--device", _device(args.cpu),
+            "--games", str(games), "--batch-size", str(batch),
+            "--max-new-tokens", str(sizes.max_new_tokens), "--max-turns", "2",
+            "--repeats", "1", "--threads", str(os.cpu_count() or 1),
+            "--output", str(out), "--stop-lengths", *lengths,
+        ]  # fmt: skip
+        if before:
+            cmd[2:2] = ["--before", before]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            rec("selfplay", batch=batch, ok=False, error=proc.stderr[-2000:])
+            continue
+        runs = json.loads(out.with_suffix(".json").read_text())
+        for side, results in runs.items():
+            for r in results:
+                rec("selfplay", batch=batch, side=side, **r)
+        rec("selfplay", batch=batch, seconds=round(time.perf_counter() - start, 1))
+
+
 STEPS = {
     "env": step_env,
     "models": step_models,
     "generation": step_generation,
+    "selfplay": step_selfplay,
     "invariance": step_invariance,
     "scoring": step_scoring,
     "training": step_training,

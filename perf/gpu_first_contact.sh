@@ -51,10 +51,14 @@ step() {
 }
 
 # The steps' limits add up to 580 s (run 1 on an H200 took 395 s in all, training 230 s
-# with its last pairing cut); the device's calls last 600 s at most.
+# with its last pairing cut); the device's calls last 600 s at most. selfplay runs
+# only when GFC_STEPS names it (with the steps its issue needs, under 480 s); with
+# GFC_BEFORE set to a checkout of an earlier commit (untracked files travel to the
+# device: `git archive COMMIT | tar -x -C perf/.before`), its code runs beside this one.
 step env 30
 step models 50
 step generation 60
+[[ " ${GFC_STEPS:-} " == *" selfplay "* ]] && step selfplay 300
 step invariance 85
 step scoring 75
 step training 280 --step-limit 120

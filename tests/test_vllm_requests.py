@@ -257,3 +257,48 @@ def test_nvml_counts_the_gpus_this_job_may_use(monkeypatch, visible, count):
     assert [d["name"] for d in listed] == ["NVIDIA H100"] * 4
     assert listed[0]["memory_gib"] == 80.0
     assert lib.shut == 2  # NVML shut down after each call
+
+
+def test_vllm_calls_are_sent_in_waves_the_engine_cache_holds(fake_vllm, tiny_model_dir):
+    """Games go to vLLM in waves that fit its KV cache at full length (the shared rules
+    counted once), in the call's order; replies come back in that order."""
+    from spag.generation import load_backend
+    from spag.generation.vllm_backend import cache_waves
+
+    # 10 blocks of 4 tokens; a shared 8-token prefix is 2 blocks: games of 6 own
+    # tokens + 2 new tokens take 2 blocks each, so 4 games fit a wave.
+    prefix = list(range(100, 108))
+    prompts = [prefix + [i] * 6 for i in range(9)]
+    assert cache_waves(prompts, 2, (10, 4)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert cache_waves(prompts, 2, None) == [list(range(9))]
+    assert cache_waves([[1] * 60], 4, (10, 4)) == [[0]]  # too large: alone
+    assert cache_waves([], 2, (10, 4)) == []
+
+    calls = []
+
+    class Engine(_FakeLLM):
+        def __init__(self, **opts):
+            super().__init__(**opts)
+            cache = types.SimpleNamespace(num_gpu_blocks=12, block_size=16)
+            self.llm_engine = types.SimpleNamespace(
+                vllm_config=types.SimpleNamespace(cache_config=cache)
+            )
+
+        def generate(self, requests, params, use_tqdm=False):
+            calls.append(len(requests))
+            return [
+                types.SimpleNamespace(outputs=[_Completion(text=f"r{p['seed']}")]) for p in params
+            ]
+
+    fake_vllm.LLM = Engine
+    backend = load_backend("vllm", tiny_model_dir, **LOCAL, max_length=256)
+    texts = [f"The rules are short. Game {i} says " + "word " * (5 + i) for i in range(7)]
+    sampling = Sampling(max_new_tokens=16, temperature=1.2, top_p=1.0, top_k=50)
+    replies = backend.generate(texts, sampling, seed=3, game_ids=[f"g{i}" for i in range(7)])
+    encoded = [ids for ids, _ in backend.encoder.encode(texts, 256 - 16)]
+    assert calls == [len(w) for w in cache_waves(encoded, 16, (12, 16))]
+    assert len(calls) > 1 and sum(calls) == 7
+    from spag.generation.base import prompt_seeds
+
+    seeds = prompt_seeds(3, [f"g{i}" for i in range(7)], 7)
+    assert [r.text for r in replies] == [f"r{s}" for s in seeds]  # the call's order

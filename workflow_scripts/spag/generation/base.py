@@ -66,7 +66,19 @@ class Backend:
         kernels differ with the batch's shape, and a near tie can turn a token and
         the rest of the game. A backend may also keep what it computed for a game's
         prompt and reuse it for that game's next, longer prompt, with the same
-        caveat. So a shard resumed from its journal keeps its finished games exactly,
+        caveat.
+
+        Which games share a batch is the backend's schedule. The ``hf`` backend
+        keeps a fixed set of slots full: a prompt enters (longest first) as soon as
+        enough slots are free, not with the next sub-batch of ``batch_size``, so
+        when a call has more prompts than slots a game meets other neighbours than
+        it did under sub-batches decoded to their longest reply (before 2026-12),
+        and the batch shrinks as its last replies end. The schedule depends only on
+        the prompts and the replies so far, so a rerun repeats it exactly. The
+        embedded default's epoch-1 shards were byte-identical under both schedules
+        (16 games a shard, one batch); on the Kuhn Poker tiny config
+        (perf/results/selfplay_decoding.md) the changed neighbours and rounding
+        turned some replies. So a shard resumed from its journal keeps its finished games exactly,
         and plays the others from the same policy and seeds, but on a GPU not
         necessarily as an uninterrupted run would have (docs/design.md section 8).
         """

@@ -1,16 +1,19 @@
 """The ``hf`` backend: batched transformers generation with a KV cache (CPU or one GPU).
 
-All prompts of a call are encoded (one BOS, left truncation), sorted by length
-and decoded in sub-batches of ``batch_size``. Per sub-batch the prompt prefix
-that all rows share (the game rules) is computed once, the KV cache is
-preallocated, and a row stops at EOS (no earlier than ``MIN_NEW_TOKENS``).
-Sub-batches are also cut so that one fits the batch memory (static cache and
-prompt pass), so a large ``batch_size`` never runs out of memory. Each game
-samples from its own ``torch.Generator`` seeded from the call's seed and its
-episode id: its draws do not depend on the other games of the call, and the
-global RNG is untouched. Its logits are computed in a sub-batch that other games
-shape and pad: the same up to rounding in float32 on CPU, not on CUDA in bf16
-(``spag.generation.base.Backend.generate`` says what a resumed shard can promise).
+All prompts of a call are encoded (one BOS, left truncation), sorted longest
+first and decoded in a fixed set of slots (at most ``batch_size``, as many as fit
+the batch memory): a slot whose reply ends (EOS, no earlier than
+``MIN_NEW_TOKENS``, or ``max_new_tokens``) takes the next waiting prompt, so the
+batch stays full until the call runs out of prompts, and then shrinks to the
+slots still decoding (:class:`_Slots`). The prompt prefix that all prompts share
+(the game rules) is computed once, kept across calls, and read once per decoding
+step for all slots (:mod:`spag.generation.slot_attention`); a game's keys/values
+are kept between its turns within ``reuse_kv_bytes``. Each game samples from its
+own ``torch.Generator`` seeded from the call's seed and its episode id: its draws
+do not depend on the other games of the call, and the global RNG is untouched.
+Its logits are computed in a batch that other games shape: the same up to
+rounding in float32 on CPU, not on CUDA in bf16 (``spag.generation.base.Backend
+.generate`` says what a resumed shard can promise).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from spag.generation.base import (
     stop_token_ids,
 )
 from spag.generation.settings import DTYPES, Sampling, SelfplaySettings
+from spag.generation.slot_attention import use_slot_attention
 from spag.models.rendering import PromptRenderer
 from spag.ops import DEVICES, select_device
 
@@ -117,6 +121,7 @@ class HFBackend(Backend):
             fused_attention=self.device.type == "cuda"
             and getattr(config, "_attn_implementation", None) in FUSED_ATTENTION,
         )
+        use_slot_attention(self.model)
         # Work done, for the job's log: prompt tokens, those run through the model
         # (the rest came from kept keys/values), rows x decoding steps, and those of
         # them that made a token (the rest decoded an empty slot or past an EOS).
@@ -161,16 +166,24 @@ class HFBackend(Backend):
             self._batch_memory_bytes = default_batch_memory(self.device, kept)
         return self._batch_memory_bytes
 
-    def batch_rows(self, prompt_len: int, max_new_tokens: int) -> tuple[int, int]:
+    def batch_rows(
+        self, prompt_len: int, max_new_tokens: int, shared_len: int = 0
+    ) -> tuple[int, int]:
         """Slots of a call (at most ``batch_size``) and rows of one prompt pass, for
-        prompts of at most ``prompt_len`` tokens (:meth:`RowMemory.batch_rows`)."""
+        prompts of at most ``prompt_len`` tokens whose first ``shared_len`` are stored
+        once for all slots (:meth:`RowMemory.batch_rows`)."""
         rows, pass_rows = self._memory.batch_rows(
-            prompt_len, max_new_tokens, self.reuse_kv, self.batch_memory_bytes, self.batch_size
+            prompt_len,
+            max_new_tokens,
+            self.reuse_kv,
+            self.batch_memory_bytes,
+            self.batch_size,
+            shared_len=shared_len,
         )
         if rows < 1:
-            need = self._memory.slot_bytes(prompt_len, max_new_tokens) + self._memory.pass_bytes(
-                prompt_len, self.reuse_kv
-            )
+            need = self._memory.slot_bytes(
+                prompt_len - shared_len, max_new_tokens
+            ) + self._memory.pass_bytes(prompt_len, self.reuse_kv)
             raise SpagInputError(
                 f"one game needs {need / 2**30:.2f} GiB for a {prompt_len}-token "
                 f"prompt and {max_new_tokens} new tokens, more than the batch memory "
@@ -205,8 +218,8 @@ class HFBackend(Backend):
     def _prompt_pass(self, seqs: list[list[int]], keys: list[str] | None, shared_len: int):
         """Run the prompts ``seqs`` of one admission through the model.
 
-        Returns the logits of each prompt's last token and, per row, its keys/values
-        (one (keys, values) pair of shape (heads, tokens, dim) per layer, in token order).
+        Returns the logits of each prompt's last token, the pass's cache and, per row,
+        the columns of its keys/values there, in token order.
 
         Layout per row: ``[pad][known part][pad][own part]``. The known part is a
         prompt prefix whose keys/values are already there: the same game's previous
@@ -275,30 +288,36 @@ class HFBackend(Backend):
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1, :]
-        rows_kv = []
-        for row, (s, (n, _)) in enumerate(zip(seqs, known, strict=True)):
-            own = len(s) - n
-            rows_kv.append(
-                [
-                    tuple(
-                        torch.cat(
-                            (t[row, :, known_w - n : known_w], t[row, :, width - own : width]),
-                            dim=1,
-                        )
-                        for t in (layer.keys, layer.values)
-                    )
-                    for layer in cache.layers
-                ]
+        # Each row's columns in the pass's cache, in token order: known part, own part.
+        spans = [
+            torch.cat(
+                (
+                    torch.arange(known_w - n, known_w, device=dev),
+                    torch.arange(width - (len(s) - n), width, device=dev),
+                )
             )
+            for s, (n, _) in zip(seqs, known, strict=True)
+        ]
         if keys:
             self.release(keys)
-            per_token = _nbytes([(k[:, :1], v[:, :1]) for k, v in rows_kv[0]])
+            per_token = _nbytes(
+                [(layer.keys[0, :, :1], layer.values[0, :, :1]) for layer in cache.layers]
+            )
             for row, s in enumerate(seqs):
                 if self._kv_stored_bytes + per_token * len(s) > self.reuse_kv_bytes:
                     continue
                 self._kv_stored_bytes += per_token * len(s)
-                self._kv_store[keys[row]] = (list(s), rows_kv[row])
-        return logits, rows_kv
+                self._kv_store[keys[row]] = (
+                    list(s),
+                    [
+                        (
+                            layer.keys[row].index_select(1, spans[row]),
+                            layer.values[row].index_select(1, spans[row]),
+                        )
+                        for layer in cache.layers
+                    ],
+                )
+        return logits, cache, spans
 
     def _noise(self, sampling: Sampling, generator, steps: int, vocab: int):
         """A game's exponential draws for every decoding step of its reply, drawn up
@@ -360,6 +379,9 @@ class HFBackend(Backend):
 
 # Steps between two looks at which rows have finished: each look waits for the device.
 CHECK_EVERY = {"cpu": 1, "cuda": 4}
+# Waiting prompts enter once 1/ADMIT_EVERY of the slots are free (or as many as wait):
+# a prompt pass of one row costs nearly what one of several rows costs.
+ADMIT_EVERY = 8
 # Once no prompt waits, the batch drops its empty slots when at most this share of them
 # still decodes: on CPU at once (a step's cost follows its rows), on CUDA at half (a
 # smaller batch saves little there until the step is bound by its rows).
@@ -369,8 +391,11 @@ SHRINK_AT = {"cpu": 1.0, "cuda": 0.5}
 class _Slots:
     """One ``draw`` call decoded in a fixed set of slots that are refilled as replies end.
 
-    Every slot holds one game's prompt and reply in a ring of ``width`` key/value
-    columns (the longest prompt of the call plus ``max_new_tokens``). A decoding step
+    The prefix that every prompt of the call shares (the rules) is stored once and read
+    once per step for all slots (:mod:`spag.generation.slot_attention`). Every slot
+    holds the rest of one game's prompt and its reply in a ring of ``width`` key/value
+    columns (the longest prompt of the call less that prefix, plus
+    ``max_new_tokens``). A decoding step
     writes every slot's new token at one shared column, then the column moves on. A
     game admitted into a slot has its prompt's keys/values copied into the columns just
     behind the write column, so its reply never reaches them before it ends; a mask per
@@ -388,16 +413,17 @@ class _Slots:
         self.seeds = seeds
         self.queue = list(order)
         self.max_new = sampling.max_new_tokens
-        self.width = len(seqs[order[0]]) + self.max_new
-        rows, self.pass_rows = backend.batch_rows(len(seqs[order[0]]), self.max_new)
-        self.rows = min(rows, len(order))
         # The prefix every prompt of the call shares (the rules), leaving each prompt
-        # at least one token of its own.
-        first, shortest = seqs[order[0]], min(len(s) for s in seqs)
-        shared = 0
-        while shared < shortest - 1 and all(s[shared] == first[shared] for s in seqs):
-            shared += 1
-        self.shared_len = shared
+        # at least one token of its own: stored once, outside the slots.
+        shortest = min(len(s) for s in seqs)
+        self.shared_len = min(len(os.path.commonprefix(seqs)), shortest - 1)
+        longest = len(seqs[order[0]])
+        self.width = longest - self.shared_len + self.max_new
+        rows, self.pass_rows = backend.batch_rows(longest, self.max_new, self.shared_len)
+        self.rows = min(rows, len(order))
+        self.prefix = (
+            backend._prefix_kv(seqs[order[0]][: self.shared_len]) if self.shared_len else []
+        )
         dev = backend.device
         model = backend.model
         self.eos = torch.tensor(backend.eos_ids, device=dev)
@@ -418,7 +444,9 @@ class _Slots:
             ],
             self.column,
         )
-        self.valid = torch.zeros((n, self.width), dtype=torch.bool, device=dev)
+        # Each slot's own columns, as the additive mask every attention kernel takes.
+        self.low = torch.finfo(model.dtype).min
+        self.mask = torch.full((n, self.width), self.low, dtype=model.dtype, device=dev)
         self.pos = torch.zeros(n, dtype=torch.long, device=dev)
         self.age = torch.zeros(n, dtype=torch.long, device=dev)
         self.stopped = torch.zeros(n, dtype=torch.bool, device=dev)
@@ -442,6 +470,7 @@ class _Slots:
         b, sampling = self.b, self.sampling
         every = CHECK_EVERY.get(b.device.type, 4)
         shrink = SHRINK_AT.get(b.device.type, 0.5)
+        admit_at = max(1, len(self.slot) // ADMIT_EVERY)
         self._admit(list(range(self.rows)))
         since = 0
         while True:
@@ -477,15 +506,16 @@ class _Slots:
                 if all(i is None for i in self.slot) and not self.queue:
                     break
             # The next step's logits for every slot (a slot refilled below gets its own).
-            self.valid[:, self.col] = True
+            self.mask[:, self.col] = 0
             self.column.fill_(self.col)
             self.logits = (
                 b.model(
                     input_ids=token[:, None],
-                    attention_mask=self._mask(),
+                    attention_mask=self.mask[:, None, None, :],
                     position_ids=self.pos[:, None],
                     past_key_values=self.cache,
                     use_cache=True,
+                    slot_prefix=self.prefix,
                 )
                 .logits[:, -1, :]
                 .float()
@@ -493,22 +523,13 @@ class _Slots:
             self.pos += 1
             self.col = (self.col + 1) % self.width
             free = [r for r, i in enumerate(self.slot) if i is None]
-            if free and self.queue:
+            if self.queue and len(free) >= min(admit_at, len(self.queue)):
                 self._admit(free)
             elif not self.queue and sum(i is not None for i in self.slot) <= shrink * len(
                 self.slot
             ):
                 self._shrink()
         return [self.tokens[i] for i in range(len(self.seqs))]
-
-    def _mask(self):
-        """Each slot's own columns, as the additive mask every attention kernel takes."""
-        import torch
-
-        dtype = self.b.model.dtype
-        zero = torch.zeros((), dtype=dtype, device=self.b.device)
-        low = torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=self.b.device)
-        return torch.where(self.valid, zero, low)[:, None, None, :]
 
     def _collect(self, live: list[int]) -> None:
         """Take the replies that have ended out of their slots."""
@@ -534,18 +555,31 @@ class _Slots:
             slots, free = free[:take], free[take:]
             idx, self.queue = self.queue[:take], self.queue[take:]
             keys = [self.keys[i] for i in idx] if self.keys else None
-            logits, rows_kv = b._prompt_pass([self.seqs[i] for i in idx], keys, self.shared_len)
+            logits, cache, spans = b._prompt_pass(
+                [self.seqs[i] for i in idx], keys, self.shared_len
+            )
             sl = torch.tensor(slots, device=b.device)
             self.logits[sl] = logits.float()
-            for r, i, kv in zip(slots, idx, rows_kv, strict=True):
-                n = len(self.seqs[i])
-                cols = (torch.arange(self.col - n, self.col, device=b.device)) % self.width
-                for (ring_k, ring_v), (k, v) in zip(self.cache.kv, kv, strict=True):
-                    ring_k[r].index_copy_(1, cols, k)
-                    ring_v[r].index_copy_(1, cols, v)
-                self.valid[r] = False
-                self.valid[r, cols] = True
-                self.pos[r] = n
+            # Every row's prompt into the columns just behind the write column, one copy
+            # per layer for the whole admission.
+            skip = self.shared_len
+            lengths = [len(self.seqs[i]) - skip for i in idx]
+            src_rows = torch.repeat_interleave(
+                torch.arange(take, device=b.device), torch.tensor(lengths, device=b.device)
+            )
+            dst_rows = sl[src_rows]
+            src_cols = torch.cat([span[skip:] for span in spans])
+            dst_cols = (
+                torch.cat([torch.arange(self.col - n, self.col, device=b.device) for n in lengths])
+                % self.width
+            )
+            for (ring_k, ring_v), layer in zip(self.cache.kv, cache.layers, strict=True):
+                ring_k[dst_rows, :, dst_cols] = layer.keys[src_rows, :, src_cols]
+                ring_v[dst_rows, :, dst_cols] = layer.values[src_rows, :, src_cols]
+            self.mask[sl] = self.low
+            self.mask[dst_rows, dst_cols] = 0
+            self.pos[sl] = torch.tensor(lengths, device=b.device) + skip
+            for r, i in zip(slots, idx, strict=True):
                 self.slot[r] = i
                 self.steps[r] = 0
                 if self.sampling.samples:
@@ -558,22 +592,34 @@ class _Slots:
             self.stopped[sl] = False
 
     def _shrink(self) -> None:
-        """Drop the empty slots once the queue is empty: the rest decode in a smaller batch."""
+        """Drop the empty slots once no prompt waits: the slots still decoding beyond the
+        first ``n`` (their count) move into the empty ones before them, and the batch
+        becomes the first ``n`` rows (views: only the moved rows are copied)."""
         import torch
 
-        keep = [r for r, i in enumerate(self.slot) if i is not None]
-        if not keep or len(keep) == len(self.slot):
+        n = sum(i is not None for i in self.slot)
+        if n == 0 or n == len(self.slot):
             return
-        k = torch.tensor(keep, device=self.b.device)
-        self.cache.kv = [(ks[k], vs[k]) for ks, vs in self.cache.kv]
+        empty = [r for r in range(n) if self.slot[r] is None]
+        moved = [r for r in range(n, len(self.slot)) if self.slot[r] is not None]
+        src = torch.tensor(moved, dtype=torch.long, device=self.b.device)
+        dst = torch.tensor(empty, dtype=torch.long, device=self.b.device)
+        tensors = [t for kv in self.cache.kv for t in kv]
+        names = ["mask", "pos", "age", "stopped", "out", "logits"]
+        names += ["noise"] if self.noise is not None else []
+        for t in tensors + [getattr(self, name) for name in names]:
+            t[dst] = t[src]
+        self.cache.kv = [(k[:n], v[:n]) for k, v in self.cache.kv]
         self.cache.rebind()
-        for name in ("valid", "pos", "age", "stopped", "out", "logits"):
-            setattr(self, name, getattr(self, name)[k])
-        if self.noise is not None:
-            self.noise = self.noise[k]
-        self.slot = [self.slot[r] for r in keep]
-        self.steps = [self.steps[r] for r in keep]
-        self.generators = [self.generators[r] for r in keep]
+        for name in names:
+            setattr(self, name, getattr(self, name)[:n])
+        for e, m in zip(empty, moved, strict=True):
+            self.slot[e], self.steps[e], self.generators[e] = (
+                self.slot[m],
+                self.steps[m],
+                self.generators[m],
+            )
+        del self.slot[n:], self.steps[n:], self.generators[n:]
 
 
 def _reply_length(tokens: list[int], eos_ids: list[int]) -> int:
@@ -654,7 +700,8 @@ class RowMemory:
         )
 
     def slot_bytes(self, prompt_len: int, max_new_tokens: int) -> int:
-        """One slot's keys/values: its prompt and its reply, nothing padded."""
+        """One slot's keys/values: its prompt (less the prefix all slots share, stored
+        once) and its reply, nothing padded."""
         return (prompt_len + max_new_tokens) * self.kv_bytes_per_token
 
     def pass_bytes(self, prompt_len: int, reuse_kv: bool) -> int:
@@ -667,13 +714,19 @@ class RowMemory:
         )
 
     def batch_rows(
-        self, prompt_len: int, max_new_tokens: int, reuse_kv: bool, budget: int, most: int
+        self,
+        prompt_len: int,
+        max_new_tokens: int,
+        reuse_kv: bool,
+        budget: int,
+        most: int,
+        shared_len: int = 0,
     ) -> tuple[int, int]:
         """At most ``most`` slots and the rows of one prompt pass that fit ``budget``
         together. Slots are counted as if a prompt pass took a quarter of them (prompts
         enter a few at a time as replies end; only the first admission fills every
         slot); a prompt pass then takes what the slots leave, at least that quarter."""
-        slot = self.slot_bytes(prompt_len, max_new_tokens)
+        slot = self.slot_bytes(prompt_len - shared_len, max_new_tokens)
         row = self.pass_bytes(prompt_len, reuse_kv)
 
         def passes(n: int) -> int:

@@ -116,7 +116,11 @@ class VLLMBackend(Backend):
             for i in range(len(encoded))
         ]
         requests = [{"prompt_token_ids": ids} for ids, _ in encoded]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = []
+        for wave in cache_waves([ids for ids, _ in encoded], max_new_tokens, self._cache_blocks()):
+            outputs += self.llm.generate(
+                [requests[i] for i in wave], [params[i] for i in wave], use_tqdm=False
+            )
         replies = []
         for (_, truncated), out in zip(encoded, outputs, strict=True):
             completion = out.outputs[0]
@@ -130,5 +134,45 @@ class VLLMBackend(Backend):
             )
         return replies
 
+    def _cache_blocks(self) -> tuple[int, int] | None:
+        """The engine's KV cache as (blocks, tokens a block), as its engine core measured
+        and reported it at start (vLLM 0.33 ``cache_config``); None if not known."""
+        cache = getattr(
+            getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None),
+            "cache_config",
+            None,
+        )
+        blocks, size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+        return (int(blocks), int(size)) if blocks and size else None
+
     def release(self, game_ids: list[str]) -> None:
         """Nothing to do: vLLM's prefix cache evicts by itself."""
+
+
+def cache_waves(
+    prompts: list[list[int]], max_new_tokens: int, cache: tuple[int, int] | None
+) -> list[list[int]]:
+    """The prompts' indices in waves whose games fit the engine's KV cache together at
+    full length (prompt + ``max_new_tokens``), so that no game is preempted and its
+    prompt recomputed mid-call. The prefix all prompts share (the rules) counts once, in
+    whole blocks, as vLLM's prefix cache shares it; the rest of a game counts its own
+    blocks. A game larger than the cache goes alone (vLLM refuses it at admission if it
+    cannot fit at all). Unknown capacity: one wave."""
+    import math
+    import os
+
+    order = list(range(len(prompts)))
+    if cache is None or not prompts:
+        return [order] if prompts else []
+    blocks, size = cache
+    shared = len(os.path.commonprefix(prompts)) // size
+    waves: list[list[int]] = []
+    used = blocks + 1
+    for i in order:
+        need = math.ceil((len(prompts[i]) + max_new_tokens) / size) - shared
+        if used + need > blocks:
+            waves.append([])
+            used = shared
+        waves[-1].append(i)
+        used += need
+    return waves
