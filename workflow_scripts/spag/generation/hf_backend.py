@@ -199,20 +199,35 @@ class HFBackend(Backend):
             if entry is not None:
                 self._kv_stored_bytes -= _nbytes(entry[1])
 
-    def _prefix_kv(self, prefix: list[int]) -> list[tuple]:
+    def _prefix_kv(self, prefix: list[int], keep: bool = True) -> list[tuple]:
         """Keys and values (heads, tokens, dim) of a prompt prefix, computed at batch size 1
-        and kept for the next call with the same prefix (the game rules)."""
+        (from the kept prefix where it starts this one) and, with ``keep``, kept for the
+        next call with the same prefix (the game rules)."""
         import torch
         from transformers import DynamicCache
 
-        if self._prefix is not None and self._prefix[0] == prefix:
-            return self._prefix[1]
+        base = self._prefix
+        if base is not None and base[0] == prefix:
+            return base[1]
         cache = DynamicCache(config=self.model.config)
-        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
-        self.model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
-        self.stats["prompt_tokens_computed"] += len(prefix)
+        start = 0
+        if base is not None and len(base[0]) < len(prefix) and prefix[: len(base[0])] == base[0]:
+            start = len(base[0])
+            for layer_idx, (k, v) in enumerate(base[1]):
+                cache.update(k[None], v[None], layer_idx)
+        ids = torch.tensor([prefix[start:]], dtype=torch.long, device=self.device)
+        positions = torch.arange(start, len(prefix), device=self.device)[None]
+        self.model(
+            input_ids=ids,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self.stats["prompt_tokens_computed"] += len(prefix) - start
         kv = [(layer.keys[0], layer.values[0]) for layer in cache.layers]
-        self._prefix = (list(prefix), kv)
+        if keep:
+            self._prefix = (list(prefix), kv)
         return kv
 
     def _prompt_pass(self, seqs: list[list[int]], keys: list[str] | None, shared_len: int):
@@ -233,6 +248,10 @@ class HFBackend(Backend):
 
         dev = self.device
         batch = len(seqs)
+        # The prompts of one pass (similar lengths) may share more than the call does:
+        # that part too is computed once, on top of the call's prefix.
+        group_len = min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1)
+        call_len, shared_len = shared_len, max(shared_len, group_len)
         known: list[tuple[int, list[tuple] | None]] = []
         for row, s in enumerate(seqs):
             stored = self._kv_store.get(keys[row]) if keys else None
@@ -244,7 +263,7 @@ class HFBackend(Backend):
                     n += 1
             known.append((n, stored[1]) if n > shared_len else (shared_len, None))
         shared = (
-            self._prefix_kv(seqs[0][:shared_len])
+            self._prefix_kv(seqs[0][:shared_len], keep=shared_len == call_len)
             if any(kv is None and n for n, kv in known)
             else None
         )
