@@ -386,6 +386,36 @@ def test_row_memory_counts_slots_prompt_passes_and_scores_only_where_stored():
     assert fused.batch_rows(1500, 256, True, slot + row - 1, most=8) == (0, 1)
 
 
+def test_llama2_7b_slots_on_an_80gb_card():
+    """The paper's model in bf16 on an 80 GB card (80% of what the weights and CUDA's
+    context leave): 500-token prompts (250 of them the shared rules) and 256 new tokens
+    fit at least 100 slots, where rows padded to twice the prompt gave about 70; 2 GiB
+    of kept keys/values would hold 8 of those prompts, so keeping does not pay."""
+    from transformers import LlamaConfig
+
+    from spag.generation.hf_backend import RowMemory
+
+    config = LlamaConfig(
+        hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32
+    )
+    memory = RowMemory.of(config, 2, fused_attention=True)
+    free = 80 * 10**9 - 6_738_415_616 * 2 - int(1.5 * 2**30)
+    budget, kept = int(0.8 * free), 2 * 2**30
+    old_row = (2 * 500 + 256) * memory.kv_bytes_per_token + 500 * memory.activation_bytes_per_token
+    assert 65 <= (budget - kept) // old_row <= 75
+    with_kept, _ = memory.batch_rows(500, 256, True, budget - kept, 1000, shared_len=250)
+    assert with_kept >= 100
+    assert not memory.keeping_pays(kept, with_kept, 500)
+    without, _ = memory.batch_rows(500, 256, False, budget, 1000, shared_len=250)
+    assert without > with_kept
+    # The tiny model on CPU keeps them: its prompts are small beside the 2 GiB.
+    tiny = RowMemory.of(
+        LlamaConfig(hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                    num_attention_heads=4), 4, fused_attention=False,
+    )  # fmt: skip
+    assert tiny.keeping_pays(kept, 64, 400)
+
+
 def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
     whole = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256)
     longest = max(len(ids) for ids, _ in whole.encoder.encode(PROMPTS, 256))

@@ -39,7 +39,12 @@ CONFIGS = {
     "default": {},
     "hf-set": {
         "game": {"max_turns": 3, "prompt_format": "chat"},
-        "selfplay": {"batch_memory_gib": 1.5, "kv_reuse_gib": 0, "temperature": 0.7},
+        "selfplay": {
+            "batch_memory_gib": 1.5,
+            "kv_reuse_gib": 0,
+            "temperature": 0.7,
+            "cuda_graphs": False,
+        },
         "base_model": {"trust_remote_code": True},
         "evaluation": {"max_new_tokens": 64, "batch_size": 8},
         "resources": {"selfplay": {"gpus": 1}},

@@ -140,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
             opts.update(
                 device=device,
                 reuse_kv_bytes=int(c.kv_reuse_gib * 1024**3),
+                cuda_graphs=c.cuda_graphs,
                 batch_memory_bytes=(
                     int(c.batch_memory_gib * 1024**3) if c.batch_memory_gib else None
                 ),

@@ -109,6 +109,11 @@ class PlayConfig(SamplingSettings):
         default=None,
         help="vllm: share of the GPU's total memory for the opponent's engine",
     )
+    cuda_graphs: bool = declared_as(
+        SelfplaySettings,
+        "cuda_graphs",
+        help="hf on CUDA: decoding steps replayed as a CUDA graph (--no-cuda-graphs: eager)",
+    )
     vllm_batch_invariant: bool = declared_as(
         SelfplaySettings,
         "vllm_batch_invariant",
@@ -190,6 +195,8 @@ def engine_arguments(config: dict[str, Any], family: str) -> dict[str, Any]:
         options["vllm_batch_invariant"] = s["vllm_batch_invariant"]
     else:
         options.update(kv_reuse_gib=s["kv_reuse_gib"], batch_memory_gib=s["batch_memory_gib"])
+        if not s["cuda_graphs"]:  # at the default the command stays that of earlier runs
+            options["no_cuda_graphs"] = True
     return options
 
 

@@ -57,6 +57,7 @@ class HFBackend(Backend):
         device: str | None = None,
         reuse_kv: bool = True,
         reuse_kv_bytes: int = int(SelfplaySettings.kv_reuse_gib * 1024**3),
+        cuda_graphs: bool = SelfplaySettings.cuda_graphs,
         batch_memory_bytes: int | None = None,
     ) -> None:
         import torch
@@ -75,6 +76,7 @@ class HFBackend(Backend):
         self._kv_store: dict[str, tuple[list[int], list[tuple]]] = {}
         # Kept keys/values stay under this many bytes (a large model keeps few or none).
         self.reuse_kv_bytes = int(reuse_kv_bytes)
+        self.cuda_graphs = bool(cuda_graphs)
         self._kv_stored_bytes = 0
         if device is None or device in DEVICES:
             device = select_device(device, f"hf backend ({model_dir})")
@@ -113,6 +115,7 @@ class HFBackend(Backend):
         if batch_memory_bytes is not None and batch_memory_bytes <= 0:
             raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_bytes}")
         self._batch_memory_bytes = int(batch_memory_bytes) if batch_memory_bytes else None
+        self._batch_memory_configured = self._batch_memory_bytes
         config = self.model.config.get_text_config()
         _, self._kv_heads, self._head_dim = attention_heads(config)
         self._memory = RowMemory.of(
@@ -172,14 +175,37 @@ class HFBackend(Backend):
         """Slots of a call (at most ``batch_size``) and rows of one prompt pass, for
         prompts of at most ``prompt_len`` tokens whose first ``shared_len`` are stored
         once for all slots (:meth:`RowMemory.batch_rows`)."""
-        rows, pass_rows = self._memory.batch_rows(
-            prompt_len,
-            max_new_tokens,
-            self.reuse_kv,
-            self.batch_memory_bytes,
-            self.batch_size,
-            shared_len=shared_len,
-        )
+
+        def fit() -> tuple[int, int]:
+            return self._memory.batch_rows(
+                prompt_len,
+                max_new_tokens,
+                self.reuse_kv,
+                self.batch_memory_bytes,
+                self.batch_size,
+                shared_len=shared_len,
+            )
+
+        rows, pass_rows = fit()
+        if (
+            self.reuse_kv
+            and rows > 0
+            and not self._memory.keeping_pays(self.reuse_kv_bytes, rows, prompt_len)
+        ):
+            # Too few games' keys/values fit what may be kept: the memory and the
+            # prompt pass's second padded part serve more slots instead.
+            log.info(
+                "keys/values not kept between turns: %.2f GiB holds the prompts of %d of "
+                "%d slots (selfplay.kv_reuse_gib)",
+                self.reuse_kv_bytes / 2**30,
+                self.reuse_kv_bytes // (prompt_len * self._memory.kv_bytes_per_token),
+                rows,
+            )
+            self.reuse_kv = False
+            self.release(list(self._kv_store))
+            if self._batch_memory_configured is None:
+                self._batch_memory_bytes = None  # asked again, without the kept part
+            rows, pass_rows = fit()
         if rows < 1:
             need = self._memory.slot_bytes(
                 prompt_len - shared_len, max_new_tokens
@@ -398,6 +424,8 @@ class HFBackend(Backend):
 
 # Steps between two looks at which rows have finished: each look waits for the device.
 CHECK_EVERY = {"cpu": 1, "cuda": 4}
+# Calls of fewer new tokens than this decode eagerly: a capture costs about three steps.
+GRAPH_MIN_STEPS = 16
 # Waiting prompts enter once 1/ADMIT_EVERY of the slots are free (or as many as wait):
 # a prompt pass of one row costs nearly what one of several rows costs.
 ADMIT_EVERY = 8
@@ -439,6 +467,8 @@ class _Slots:
         longest = len(seqs[order[0]])
         self.width = longest - self.shared_len + self.max_new
         rows, self.pass_rows = backend.batch_rows(longest, self.max_new, self.shared_len)
+        if not backend.reuse_kv:  # turned off for this size (HFBackend.batch_rows)
+            self.keys = None
         self.rows = min(rows, len(order))
         self.prefix = (
             backend._prefix_kv(seqs[order[0]][: self.shared_len]) if self.shared_len else []
@@ -482,6 +512,10 @@ class _Slots:
         self.generators: list = [None] * n
         self.tokens: dict[int, list[int]] = {}
         self.col = 0  # the write column, as the host counts it
+        # On CUDA a decoding step is replayed from a graph captured for this call and
+        # batch size: one launch instead of one per operation and layer.
+        self.graphs = backend.cuda_graphs and dev.type == "cuda" and self.max_new >= GRAPH_MIN_STEPS
+        self.graph = None
 
     def run(self) -> list[list[int]]:
         import torch
@@ -527,18 +561,7 @@ class _Slots:
             # The next step's logits for every slot (a slot refilled below gets its own).
             self.mask[:, self.col] = 0
             self.column.fill_(self.col)
-            self.logits = (
-                b.model(
-                    input_ids=token[:, None],
-                    attention_mask=self.mask[:, None, None, :],
-                    position_ids=self.pos[:, None],
-                    past_key_values=self.cache,
-                    use_cache=True,
-                    slot_prefix=self.prefix,
-                )
-                .logits[:, -1, :]
-                .float()
-            )
+            self.logits = self._step(token)
             self.pos += 1
             self.col = (self.col + 1) % self.width
             free = [r for r, i in enumerate(self.slot) if i is None]
@@ -549,6 +572,56 @@ class _Slots:
             ):
                 self._shrink()
         return [self.tokens[i] for i in range(len(self.seqs))]
+
+    def _step(self, token):
+        """Every slot's logits after ``token``: one decoding step, replayed or eager."""
+        if self.graphs and self.graph is None:
+            self._capture()
+        if self.graph is None:
+            return self._forward(token[:, None])
+        self.graph_tokens.copy_(token[:, None])
+        self.graph.replay()
+        return self.graph_logits
+
+    def _forward(self, tokens):
+        return (
+            self.b.model(
+                input_ids=tokens,
+                attention_mask=self.mask[:, None, None, :],
+                position_ids=self.pos[:, None],
+                past_key_values=self.cache,
+                use_cache=True,
+                slot_prefix=self.prefix,
+            )
+            .logits[:, -1, :]
+            .float()
+        )
+
+    def _capture(self) -> None:
+        """Capture the decoding step as a CUDA graph over the slots' tensors, which keep
+        their addresses for the call (the write column, positions and mask change in
+        place). A warm-up step first, on a side stream as capture needs; it writes its
+        pad token's keys/values at the write column, which the real step overwrites. A
+        failed capture leaves the call eager."""
+        import torch
+
+        dev = self.b.device
+        tokens = torch.full((len(self.slot), 1), self.b.pad_id, dtype=torch.long, device=dev)
+        try:
+            stream = torch.cuda.Stream(dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                self._forward(tokens)
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                logits = self._forward(tokens)
+        except RuntimeError as exc:
+            log.warning("decoding step not captured as a CUDA graph (%s); eager steps", exc)
+            self.graphs = False
+            return
+        self.graph, self.graph_tokens, self.graph_logits = graph, tokens, logits
+        self.b.stats["graphs_captured"] = self.b.stats.get("graphs_captured", 0) + 1
 
     def _collect(self, live: list[int]) -> None:
         """Take the replies that have ended out of their slots."""
@@ -619,6 +692,7 @@ class _Slots:
         n = sum(i is not None for i in self.slot)
         if n == 0 or n == len(self.slot):
             return
+        self.graph = None  # captured for the larger batch
         empty = [r for r in range(n) if self.slot[r] is None]
         moved = [r for r in range(n, len(self.slot)) if self.slot[r] is not None]
         src = torch.tensor(moved, dtype=torch.long, device=self.b.device)
@@ -723,6 +797,14 @@ class RowMemory:
         once) and its reply, nothing padded."""
         return (prompt_len + max_new_tokens) * self.kv_bytes_per_token
 
+    def keeping_pays(self, kept_bytes: int, rows: int, prompt_len: int) -> bool:
+        """Whether keeping games' keys/values between turns pays for what it takes (its
+        memory, and a prompt pass padded in two parts): when ``kept_bytes`` hold the
+        prompts of at least a quarter of the ``rows`` slots. Below that most games
+        recompute their history anyway (LLaMA-2-7B: 2 GiB holds about 8 prompts of 500
+        tokens, for some 100 slots), so the memory serves more slots instead."""
+        return kept_bytes >= rows * prompt_len * self.kv_bytes_per_token / KEEP_SHARE
+
     def pass_bytes(self, prompt_len: int, reuse_kv: bool) -> int:
         """One row of a prompt pass: its keys/values (with kept keys/values the known and
         own parts are padded separately), its scores where stored, its activations."""
@@ -759,6 +841,8 @@ class RowMemory:
         return rows, min(rows, max(passes(rows), (budget - rows * slot) // row))
 
 
+# Kept keys/values pay when they hold the prompts of 1/KEEP_SHARE of the slots.
+KEEP_SHARE = 4
 # Slots are sized as if a prompt pass took 1/PASS_SHARE of them (RowMemory.batch_rows).
 PASS_SHARE = 4
 

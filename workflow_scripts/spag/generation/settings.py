@@ -130,6 +130,11 @@ class SelfplaySettings(SamplingSettings):
         "it in resources.selfplay/evaluate mem_mb",
         ge=0,
     )
+    cuda_graphs: bool = opt(
+        True,
+        "hf backend on CUDA: decoding steps replayed as a CUDA graph, captured once per "
+        "call and batch size (calls of at least 16 new tokens); false: eager steps",
+    )
     vllm_batch_invariant: bool = opt(
         False,
         "vllm backend: batch-invariant kernels (VLLM_BATCH_INVARIANT=1): a game's tokens "
