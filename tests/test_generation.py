@@ -287,18 +287,21 @@ def test_hf_counts_the_tokens_it_runs(tiny_model_dir):
     # Sampled: the games' histories differ (greedy tiny-model games repeat one
     # another, and their common prefix would cover the histories).
     settings = dict(max_turns=2, sampling=Sampling(max_new_tokens=4), seed=4)
-    counted = {}
-    for reuse in (True, False):
-        b = HFBackend(tiny_model_dir, **LOCAL, batch_size=8, reuse_kv=reuse)
-        games = play_games(specs, {POLICY: b}, TABOO.load_prompts(), game=TABOO, **settings)
-        counted[reuse] = b.stats
-        messages = sum(len(g.message_tokens) for g in games)
-        generated = sum(sum(g.message_tokens) for g in games)
-        assert generated <= b.stats["decode_row_steps"] <= messages * 4
-        assert 0 < b.stats["prompt_tokens_computed"] < b.stats["prompt_tokens"]
-    assert counted[True]["prompt_tokens"] == counted[False]["prompt_tokens"]
-    # Kept keys/values spare the later turns' histories.
-    assert counted[True]["prompt_tokens_computed"] < counted[False]["prompt_tokens_computed"]
+    # One slot: every prompt pass has one row, and the last game's calls one prompt.
+    for batch_size in (8, 1):
+        counted = {}
+        for reuse in (True, False):
+            b = HFBackend(tiny_model_dir, **LOCAL, batch_size=batch_size, reuse_kv=reuse)
+            games = play_games(specs, {POLICY: b}, TABOO.load_prompts(), game=TABOO, **settings)
+            counted[reuse] = b.stats
+            messages = sum(len(g.message_tokens) for g in games)
+            generated = sum(sum(g.message_tokens) for g in games)
+            assert generated <= b.stats["decode_row_steps"] <= messages * 4
+            assert 0 < b.stats["prompt_tokens_computed"] < b.stats["prompt_tokens"]
+        assert counted[True]["prompt_tokens"] == counted[False]["prompt_tokens"]
+        # Kept keys/values spare the later turns' histories.
+        computed = {k: v["prompt_tokens_computed"] for k, v in counted.items()}
+        assert computed[True] < computed[False], (batch_size, computed)
 
 
 def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():

@@ -265,11 +265,12 @@ def test_vllm_calls_are_sent_in_waves_the_engine_cache_holds(fake_vllm, tiny_mod
     from spag.generation import load_backend
     from spag.generation.vllm_backend import cache_waves
 
-    # 10 blocks of 4 tokens; a shared 8-token prefix is 2 blocks: games of 6 own
-    # tokens + 2 new tokens take 2 blocks each, so 4 games fit a wave.
+    # 11 blocks of 4 tokens, one held back by vLLM; a shared 8-token prefix is 2 blocks:
+    # games of 6 own tokens + 2 new tokens take 2 blocks each, so 4 games fit a wave.
     prefix = list(range(100, 108))
     prompts = [prefix + [i] * 6 for i in range(9)]
-    assert cache_waves(prompts, 2, (10, 4)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert cache_waves(prompts, 2, (11, 4)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert cache_waves(prompts, 2, (10, 4)) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert cache_waves(prompts, 2, None) == [list(range(9))]
     assert cache_waves([[1] * 60], 4, (10, 4)) == [[0]]  # too large: alone
     assert cache_waves([], 2, (10, 4)) == []

@@ -77,6 +77,7 @@ class HFBackend(Backend):
         # Kept keys/values stay under this many bytes (a large model keeps few or none).
         self.reuse_kv_bytes = int(reuse_kv_bytes)
         self.cuda_graphs = bool(cuda_graphs)
+        self._graph_pool = None
         self._kv_stored_bytes = 0
         if device is None or device in DEVICES:
             device = select_device(device, f"hf backend ({model_dir})")
@@ -233,8 +234,10 @@ class HFBackend(Backend):
         from transformers import DynamicCache
 
         base = self._prefix
-        if base is not None and base[0] == prefix:
-            return base[1]
+        if base is not None and base[0][: len(prefix)] == prefix:
+            if len(prefix) == len(base[0]):
+                return base[1]
+            return [(k[:, : len(prefix)], v[:, : len(prefix)]) for k, v in base[1]]
         cache = DynamicCache(config=self.model.config)
         start = 0
         if base is not None and len(base[0]) < len(prefix) and prefix[: len(base[0])] == base[0]:
@@ -274,10 +277,9 @@ class HFBackend(Backend):
 
         dev = self.device
         batch = len(seqs)
-        # The prompts of one pass (similar lengths) may share more than the call does:
-        # that part too is computed once, on top of the call's prefix.
-        group_len = min(len(os.path.commonprefix(seqs)), min(len(s) for s in seqs) - 1)
-        call_len, shared_len = shared_len, max(shared_len, group_len)
+        call_len = shared_len
+        # Each row's part already computed: its game's previous prompt, where that goes
+        # beyond the call's prefix.
         known: list[tuple[int, list[tuple] | None]] = []
         for row, s in enumerate(seqs):
             stored = self._kv_store.get(keys[row]) if keys else None
@@ -287,9 +289,20 @@ class HFBackend(Backend):
                 limit = min(len(old), len(s) - 1)
                 while n < limit and old[n] == s[n]:
                     n += 1
-            known.append((n, stored[1]) if n > shared_len else (shared_len, None))
+            known.append((n, stored[1]) if n > call_len else (call_len, None))
+        # The other prompts of the pass (similar lengths) may share more than the call
+        # does: that part too is computed once, on top of the call's prefix.
+        fresh = [s for s, (_, kv) in zip(seqs, known, strict=True) if kv is None]
+        if len(fresh) > 1:
+            group_len = min(len(os.path.commonprefix(fresh)), min(len(s) for s in fresh) - 1)
+            if group_len > call_len:
+                shared_len = group_len
+                known = [(n, kv) if kv is not None else (shared_len, None) for n, kv in known]
         shared = (
-            self._prefix_kv(seqs[0][:shared_len], keep=shared_len == call_len)
+            self._prefix_kv(
+                next(s for s, (_, kv) in zip(seqs, known, strict=True) if kv is None)[:shared_len],
+                keep=False,
+            )
             if any(kv is None and n for n, kv in known)
             else None
         )
@@ -321,6 +334,8 @@ class HFBackend(Backend):
             block_v = torch.zeros(shape, dtype=self.model.dtype, device=dev)
             for layer_idx, layer in enumerate(cache.layers):
                 for row, (n, kv) in enumerate(known):
+                    if n == 0:  # nothing known (no shared first token)
+                        continue
                     k, v = (kv if kv is not None else shared)[layer_idx]  # type: ignore[index]
                     block_k[row, :, known_w - n :] = k[:, :n]
                     block_v[row, :, known_w - n :] = v[:, :n]
@@ -461,13 +476,16 @@ class _Slots:
         self.queue = list(order)
         self.max_new = sampling.max_new_tokens
         # The prefix every prompt of the call shares (the rules), leaving each prompt
-        # at least one token of its own: stored once, outside the slots.
+        # at least one token of its own: stored once, outside the slots. A call of one
+        # prompt shares with the kept prefix only (its own history is no rules prefix).
         shortest = min(len(s) for s in seqs)
-        self.shared_len = min(len(os.path.commonprefix(seqs)), shortest - 1)
+        kept = backend._prefix[0] if backend._prefix is not None else []
+        common = seqs if len(seqs) > 1 else [seqs[0], kept]
+        self.shared_len = min(len(os.path.commonprefix(common)), shortest - 1)
         longest = len(seqs[order[0]])
         self.width = longest - self.shared_len + self.max_new
         rows, self.pass_rows = backend.batch_rows(longest, self.max_new, self.shared_len)
-        if not backend.reuse_kv:  # turned off for this size (HFBackend.batch_rows)
+        if not backend.reuse_kv:  # turned off for this backend (HFBackend.batch_rows)
             self.keys = None
         self.rows = min(rows, len(order))
         self.prefix = (
@@ -497,6 +515,9 @@ class _Slots:
         self.low = torch.finfo(model.dtype).min
         self.mask = torch.full((n, self.width), self.low, dtype=model.dtype, device=dev)
         self.pos = torch.zeros(n, dtype=torch.long, device=dev)
+        self.pos_limit = (
+            int(getattr(model.config.get_text_config(), "max_position_embeddings", 0) or 2**31) - 1
+        )
         self.age = torch.zeros(n, dtype=torch.long, device=dev)
         self.stopped = torch.zeros(n, dtype=torch.bool, device=dev)
         self.out = torch.full((n, self.max_new), backend.pad_id, dtype=torch.long, device=dev)
@@ -563,6 +584,9 @@ class _Slots:
             self.column.fill_(self.col)
             self.logits = self._step(token)
             self.pos += 1
+            # Empty slots keep stepping until the batch shrinks: keep their positions in
+            # range for models with learned position tables.
+            self.pos.clamp_(max=self.pos_limit)
             self.col = (self.col + 1) % self.width
             free = [r for r, i in enumerate(self.slot) if i is None]
             if self.queue and len(free) >= min(admit_at, len(self.queue)):
@@ -614,7 +638,9 @@ class _Slots:
                 self._forward(tokens)
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            if self.b._graph_pool is None:  # one memory pool for every capture
+                self.b._graph_pool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self.b._graph_pool):
                 logits = self._forward(tokens)
         except RuntimeError as exc:
             log.warning("decoding step not captured as a CUDA graph (%s); eager steps", exc)
@@ -682,6 +708,8 @@ class _Slots:
                         )
             self.age[sl] = 0
             self.stopped[sl] = False
+            # The pass's cache goes before the next pass takes its memory (one is budgeted).
+            del logits, cache, spans
 
     def _shrink(self) -> None:
         """Drop the empty slots once no prompt waits: the slots still decoding beyond the

@@ -165,6 +165,7 @@ def cache_waves(
     if cache is None or not prompts:
         return [order] if prompts else []
     blocks, size = cache
+    blocks -= 1  # vLLM holds one block back (its null block)
     shared = len(os.path.commonprefix(prompts)) // size
     waves: list[list[int]] = []
     used = blocks + 1
