@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("env", "models", "generation", "invariance", "scoring", "training")
+STEPS = ("env", "models", "generation", "selfplay", "invariance", "scoring", "training")
 
 
 def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "GFC_WORK": str(tmp_path / "work")}
+    env["GFC_STEPS"] = " ".join(STEPS)  # selfplay runs only where named
     subprocess.run(
         ["bash", str(REPO / "perf/gpu_first_contact.sh"), str(out), "--cpu"],
         check=True, env=env, timeout=900,
@@ -30,6 +31,11 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
 
     assert [r["batch"] for r in measured("generation", "batch")] == [1, 2, 4]
     assert all(r["tokens_per_s"] > 0 for r in measured("generation", "batch"))
+    # Self-play-shaped decoding at the largest batch and at batch 1 (no earlier checkout
+    # here: the current code only).
+    played = [r for r in measured("selfplay", "selfplay") if "side" in r]
+    assert sorted((r["batch"], r["side"]) for r in played) == [(1, "after"), (4, "after")]
+    assert all(r["generated_tokens"] > 0 and 0 < r["token_share"] <= 1 for r in played)
     # fp32 on the CPU: a game's replies do not depend on its batch.
     assert all(r["differing_replies"] == 0 for r in measured("invariance", "batch_1_vs_n"))
     agreement = {r["dtype"]: r for r in measured("scoring", "against_cpu_fp32")}
