@@ -496,8 +496,7 @@ class _Slots:
         self.eos = torch.tensor(backend.eos_ids, device=dev)
         vocab = model.get_output_embeddings().weight.shape[0]
         self.vocab = vocab
-        self.is_eos = torch.zeros(vocab, dtype=torch.bool, device=dev)
-        self.is_eos[self.eos[self.eos < vocab]] = True
+        self.eos_columns = self.eos[self.eos < vocab]  # the stop ids the logits have
         n, heads, dim = self.rows, backend._kv_heads, backend._head_dim
         layers = model.config.get_text_config().num_hidden_layers
         self.column = torch.zeros(1, dtype=torch.long, device=dev)
@@ -549,9 +548,15 @@ class _Slots:
         since = 0
         while True:
             logits = self.logits
-            logits.masked_fill_(
-                (self.age < MIN_NEW_TOKENS)[:, None] & self.is_eos[None, :], float("-inf")
-            )
+            # No reply may be empty: EOS is forbidden for a slot's first tokens.
+            young = [
+                r
+                for r, i in enumerate(self.slot)
+                if i is not None and self.steps[r] < MIN_NEW_TOKENS
+            ]
+            if young:
+                rows = torch.tensor(young, device=b.device)
+                logits[rows[:, None], self.eos_columns[None, :]] = float("-inf")
             step = self.age.clamp(max=self.max_new - 1)
             race = None
             if self.noise is not None:
