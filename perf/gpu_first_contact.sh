@@ -54,7 +54,8 @@ step() {
 # with its last pairing cut); the device's calls last 600 s at most. selfplay runs
 # only when GFC_STEPS names it (with the steps its issue needs, under 480 s); with
 # GFC_BEFORE set to a checkout of an earlier commit (untracked files travel to the
-# device: `git archive COMMIT | tar -x -C perf/.before`), its code runs beside this one.
+# device: `mkdir -p perf/.before && git archive COMMIT workflow_scripts | tar -x -C
+# perf/.before`), its code runs beside this one.
 step env 30
 step models 50
 step generation 60

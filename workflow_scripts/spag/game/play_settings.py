@@ -87,9 +87,9 @@ class PlayConfig(SamplingSettings):
     batch_memory_gib: float | None = declared_as(
         SelfplaySettings,
         "batch_memory_gib",
-        help="hf: memory one sub-batch may take (static KV cache and prompt pass); the "
-        "batch is split to fit (default: 80%% of free GPU memory, or half the available "
-        "memory on CPU)",
+        help="hf: memory the decoding slots and a prompt pass may take together (as many "
+        "slots as fit, at most --batch-size; default: 80%% of free GPU memory, or half the "
+        "available memory on CPU)",
     )
     kv_reuse_gib: float = declared_as(
         SelfplaySettings,

@@ -72,7 +72,7 @@ class Backend:
         keeps a fixed set of slots full: a prompt enters (longest first) as soon as
         enough slots are free, not with the next sub-batch of ``batch_size``, so
         when a call has more prompts than slots a game meets other neighbours than
-        it did under sub-batches decoded to their longest reply (before 2026-12),
+        it did under sub-batches decoded to their longest reply (up to f4b09b0),
         and the batch shrinks as its last replies end. The schedule depends only on
         the prompts and the replies so far, so a rerun repeats it exactly. The
         embedded default's epoch-1 shards were byte-identical under both schedules

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 class HFBackend(Backend):
-    """Batched ``model.generate`` over left-padded sub-batches."""
+    """Batched decoding of a call's prompts in slots refilled as replies end (:class:`_Slots`)."""
 
     name = "hf"
 
@@ -111,8 +111,8 @@ class HFBackend(Backend):
         # No pad token (Llama): pad with EOS, never grow the vocabulary.
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
-        # What one sub-batch may take (static KV cache + prompt pass); the batch is
-        # split so that it fits, whatever --batch-size says.
+        # What the slots and a prompt pass may take together; there are as many slots
+        # as fit, at most --batch-size.
         if batch_memory_bytes is not None and batch_memory_bytes <= 0:
             raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_bytes}")
         self._batch_memory_bytes = int(batch_memory_bytes) if batch_memory_bytes else None
@@ -799,7 +799,7 @@ FUSED_ATTENTION = ("sdpa", "flash_attention_2", "flash_attention_3")
 
 @dataclass(frozen=True)
 class RowMemory:
-    """What one row of a sub-batch takes: its static-cache slots, the prompt pass's
+    """What a slot and a prompt pass's row take: keys/values, the prompt pass's
     activations and, where the attention kernel stores them, its float32 scores.
 
     Measured on an H200 (perf/results/gpu/, 0.85B Llama in bf16, 1.3k-token prompts):
@@ -881,7 +881,7 @@ PASS_SHARE = 4
 
 
 def default_batch_memory(device, kept_bytes: int) -> int:
-    """Memory for one sub-batch when none is configured: on a GPU, 80% of what is free
+    """Memory for a call's slots and prompt pass when none is configured: on a GPU, 80% of what is free
     (with what torch's allocator holds unused), on CPU half of what this process may
     still use (its cgroup's limit where one is set); less the keys/values kept between
     turns, which may take at most half of it."""

@@ -113,8 +113,8 @@ class SelfplaySettings(SamplingSettings):
     )
     batch_memory_gib: float | None = opt(
         None,
-        "hf backend: memory one sub-batch may take (static KV cache and prompt pass); the "
-        "batch is split to fit. null: four fifths of the free GPU memory once the model "
+        "hf backend: memory the decoding slots and a prompt pass may take together; as "
+        "many slots as fit, at most batch_size. null: four fifths of the free GPU memory once the model "
         "is loaded, or half of the memory available on CPU",
         gt=0,
     )
