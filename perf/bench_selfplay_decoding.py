@@ -72,14 +72,6 @@ def stop_hook(model, eos_id: int, mean_length: float):
     return model.register_forward_hook(hook, with_kwargs=True)
 
 
-def bench_words(n: int) -> list[str]:
-    """``n`` common English words: alphabetic, 4 to 10 letters (as perf/bench_selfplay.py)."""
-    from wordfreq import top_n_list
-
-    words = [w for w in top_n_list("en", 5000) if w.isalpha() and w.isascii() and 4 <= len(w) <= 10]
-    return words[100 : 100 + n]
-
-
 def worker(args) -> dict:
     import torch
 
@@ -89,6 +81,8 @@ def worker(args) -> dict:
     from spag.generation import Sampling, load_backend
 
     torch.set_num_threads(args.threads)
+    from bench_selfplay import bench_words  # perf/, this script's folder
+
     words = bench_words(args.games)
     backend = load_backend(
         "hf",

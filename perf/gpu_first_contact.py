@@ -319,8 +319,8 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
         longest = max(
             len(backend.encoder.encode([g], backend.max_length)[0][0]) for g in games[:count]
         )
-        # A slot and its share of a prompt pass (all slots enter at once here: no
-        # rules prefix is shared by these prompts' first call beyond the rules).
+        # A slot with its whole prompt (an upper bound: the shared rules are stored once)
+        # and a row of the prompt pass: every slot enters in the first pass here.
         memory = backend._memory
         estimate = memory.slot_bytes(longest, sizes.max_new_tokens) + memory.pass_bytes(
             longest, backend.reuse_kv

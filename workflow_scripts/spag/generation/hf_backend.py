@@ -134,6 +134,7 @@ class HFBackend(Backend):
             "prompt_tokens_computed": 0,
             "decode_row_steps": 0,
             "decode_tokens": 0,
+            "graphs_captured": 0,
         }
         # The prompt prefix of the last call (the rules) and its keys/values.
         self._prefix: tuple[list[int], list[tuple]] | None = None
@@ -152,7 +153,9 @@ class HFBackend(Backend):
         keys = game_ids if game_ids and self.reuse_kv else None
         with torch.inference_mode():
             tokens = _Slots(self, seqs, order, keys, sampling, seeds).run()
-        return [self._reply(tokens[i], encoded[i][1]) for i in range(len(seqs))]
+        replies = [self._reply(tokens[i], encoded[i][1]) for i in range(len(seqs))]
+        self.stats["decode_tokens"] += sum(r.num_tokens for r in replies)
+        return replies
 
     def _generator(self, seed: int):
         import torch
@@ -652,7 +655,7 @@ class _Slots:
             self.graphs = False
             return
         self.graph, self.graph_tokens, self.graph_logits = graph, tokens, logits
-        self.b.stats["graphs_captured"] = self.b.stats.get("graphs_captured", 0) + 1
+        self.b.stats["graphs_captured"] += 1
 
     def _collect(self, live: list[int]) -> None:
         """Take the replies that have ended out of their slots."""
@@ -665,7 +668,6 @@ class _Slots:
             self.tokens[self.slot[r]] = tokens[: self.steps[r]]  # type: ignore[index]
             self.slot[r] = None
             self.generators[r] = None
-        self.b.stats["decode_tokens"] += sum(_reply_length(t, self.b.eos_ids) for t in rows)
 
     def _admit(self, free: list[int]) -> None:
         """Fill the free slots with the next prompts of the call: their prompt pass, in
@@ -746,11 +748,6 @@ class _Slots:
                 self.generators[m],
             )
         del self.slot[n:], self.steps[n:], self.generators[n:]
-
-
-def _reply_length(tokens: list[int], eos_ids: list[int]) -> int:
-    """Generated tokens of a reply up to and including its first EOS."""
-    return next((k + 1 for k, t in enumerate(tokens) if t in eos_ids), len(tokens))
 
 
 def _slot_cache(kv, column):
