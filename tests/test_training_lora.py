@@ -98,6 +98,9 @@ def test_an_adapter_in_bf16_trains_on_a_bf16_base_without_deepspeed(tiny_model_d
     assert {t.dtype for t in merged.values()} == {torch.bfloat16}
     kept = [k for k in base if not k.endswith(("q_proj.weight", "v_proj.weight"))]
     assert all(torch.equal(merged[k], base[k].to(torch.bfloat16)) for k in kept)
+    # The share of the update that bfloat16 storage rounded away is recorded.
+    info = json.loads((tmp_path / "model" / "spag_training.json").read_text())
+    assert 0 < info["merge_update_rounding"] <= 1
     with (tmp_path / "loss.tsv").open() as fh:
         first = next(csv.DictReader(fh, delimiter="\t"))
     # B = 0 at step 1: the policy is the scored model (float32 weights under autocast
@@ -154,3 +157,150 @@ def test_a_lora_checkpoint_folder_is_resumed_by_its_run_and_no_other(tmp_path):
     assert json.loads((tmp_path / "ckpt" / RUN_FILE).read_text()) == fingerprint
     assert run_fingerprint(lora, "model-id", 1) == fingerprint
     assert run_fingerprint(full, "model-id", 1) != fingerprint
+
+
+def test_a_merge_in_float32_keeps_the_whole_update(tiny_model_dir, tmp_path):
+    """``merged_dtype=float32``: the bf16-trained adapter merged and stored in float32,
+    nothing of its update rounded away."""
+    import torch
+    from safetensors.torch import load_file
+
+    from spag.training.scoring import score_file
+
+    samples = write_samples(tmp_path / "samples.parquet", sample_rows(8))
+    scored_bf16 = tmp_path / "scored.parquet"
+    score_file(tiny_model_dir, samples, scored_bf16, batch_size=4, max_length=MAX_LENGTH,
+               dtype="bfloat16")  # fmt: skip
+    rc = main(_train_args(tiny_model_dir, scored_bf16, tmp_path, "--objective", "offline_po",
+                          "--max-steps", "2", "--bf16", *ADAPTER, "merged_dtype=float32"))  # fmt: skip
+    assert rc == 0
+    merged = load_file(tmp_path / "model" / "model.safetensors")
+    assert {t.dtype for t in merged.values()} == {torch.float32}
+    info = json.loads((tmp_path / "model" / "spag_training.json").read_text())
+    assert info["merge_update_rounding"] == 0.0
+
+
+def _one_linear(weight: float):
+    import torch
+
+    class One(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4, bias=False)
+            torch.nn.init.constant_(self.lin.weight, weight)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    return One()
+
+
+@pytest.mark.parametrize(
+    ("delta", "lost"),
+    # W = 1 in bfloat16, whose neighbours are 1 - 2^-8 and 1 + 2^-7 = 1.0078125:
+    # 1.001 rounds to 1 (the whole update lost), 1.01 to 1.0078125 (error 0.0021875,
+    # 0.21875 of the update), 1.0078125 is stored exactly.
+    [(0.001, 1.0), (0.01, 0.21875), (2**-7, 0.0)],
+)
+def test_the_share_of_an_update_lost_to_rounding_by_hand(delta, lost):
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from spag.training.lora import update_rounding
+
+    model = get_peft_model(_one_linear(1.0), LoraConfig(r=1, lora_alpha=1, target_modules=["lin"]))
+    layer = model.base_model.model.lin
+    with torch.no_grad():  # B A = delta in every element (scale lora_alpha / r = 1)
+        layer.lora_A["default"].weight.fill_(1.0)
+        layer.lora_B["default"].weight.fill_(delta)
+    assert update_rounding(model, torch.bfloat16) == pytest.approx(lost, rel=1e-4, abs=1e-6)
+    assert update_rounding(model, torch.float32) == 0.0
+    with torch.no_grad():
+        layer.lora_B["default"].weight.zero_()
+    assert update_rounding(model, torch.bfloat16) is None  # no update, no share
+
+
+def test_a_peft_model_projects_only_the_learned_positions(tiny_model_dir):
+    """A PeftModel's forward takes ``**kwargs``: it is asked for the learned positions'
+    logits only (``logits_to_keep``), with the values of the untrimmed forward."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from spag.training.lora import LoraSettings, add_adapter
+    from spag.training.losses import IGNORE_INDEX
+    from spag.training.scoring import _accepts_logits_to_keep, model_sequence_logprobs
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, use_safetensors=True)
+    model = add_adapter(base, LoraSettings(r=4, target_modules=("q_proj", "v_proj")))
+    assert _accepts_logits_to_keep(model)
+    ids = torch.arange(1, 13).reshape(2, 6)
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    labels[:, 4:] = ids[:, 4:]
+    rows = []
+    head = base.get_output_embeddings()
+    handle = head.register_forward_hook(lambda m, inp, out: rows.append(out.shape[1]))
+    with torch.no_grad():
+        trimmed = model_sequence_logprobs(model, ids, torch.ones_like(ids), labels)
+        full = model_sequence_logprobs(model, ids, torch.ones_like(ids), labels, trim_logits=False)
+    handle.remove()
+    assert rows == [3, 6]  # from the position before the first learned token
+    torch.testing.assert_close(trimmed, full)
+
+
+@pytest.mark.parametrize(
+    ("peft", "message"),
+    [({"target_modules": ["q_proj", "qkv_proj"]},
+      r"key 'spag.peft'.target_modules: qkv_proj not in the model \(LlamaForCausalLM; the "
+      r"modules an adapter can take: down_proj, embed_tokens, gate_proj, k_proj, lm_head, "
+      r"o_proj, q_proj, up_proj, v_proj\)")],
+)  # fmt: skip
+def test_targets_the_tiny_model_has_not_are_refused_at_plan_time(peft, message):
+    """Before any job (the plan), not when the training job starts after M0 and a
+    self-play epoch."""
+    from spag.config import check_run_inputs
+
+    config = validate_config({"spag": {"peft": peft}})
+    with pytest.raises(SpagInputError, match=message):
+        check_run_inputs(config)
+
+
+def test_a_gpt2_model_lists_its_conv1d_layers():
+    from transformers import GPT2Config
+
+    from spag.training.lora import LoraSettings, check_targets_for_config
+
+    config = GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
+    with pytest.raises(SpagInputError, match="c_attn, c_fc, c_proj, lm_head, wpe, wte"):
+        check_targets_for_config(config, LoraSettings(), "key 'spag.peft'")
+    check_targets_for_config(config, LoraSettings(target_modules=("c_attn",)), "key 'spag.peft'")
+
+
+@pytest.mark.parametrize("target", ["lm_head", "embed_tokens"])
+def test_a_tied_embedding_is_refused_as_a_target(tmp_path, target):
+    """On a model whose output layer is its input embedding (SmolLM2), the merge would
+    write the update into both: refused at plan time (a local folder's config.json) and
+    when an adapter is added."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from spag.config import check_run_inputs
+    from spag.training.lora import LoraSettings, add_adapter
+
+    tied = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                       num_attention_heads=2, vocab_size=64, tie_word_embeddings=True)  # fmt: skip
+    tied.save_pretrained(tmp_path)
+    config = validate_config({
+        "base_model": {"name_or_path": str(tmp_path)},
+        "imitation": {"peft": {"target_modules": ["q_proj", target]}},
+    })  # fmt: skip
+    with pytest.raises(SpagInputError, match=rf"key 'imitation.peft'.target_modules: {target} "
+                       r"is one matrix with model.embed_tokens and lm_head"):  # fmt: skip
+        check_run_inputs(config)
+    torch.manual_seed(0)
+    with pytest.raises(SpagInputError, match=f"--peft.target_modules: {target} is one matrix"):
+        add_adapter(AutoModelForCausalLM.from_config(tied),
+                    LoraSettings(target_modules=(target,)), "--peft")  # fmt: skip
+    # Untied, the same targets are accepted.
+    tied.tie_word_embeddings = False
+    tied.save_pretrained(tmp_path)
+    check_run_inputs(config)

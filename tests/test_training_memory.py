@@ -11,6 +11,7 @@ import pytest
 from model_configs import LLAMA2_7B
 
 from spag.cli import main
+from spag.errors import SpagInputError
 from spag.ops.capacity import (
     GIB,
     ZeroLayout,
@@ -41,7 +42,7 @@ def test_parameters_and_lora_parameters_by_hand():
     assert lora_parameter_count(LLAMA2_7B, 16) == 39_976_960
     # The LoRA paper's setting (r = 8 on q and v): peft reports 4,194,304 for 7B.
     assert lora_parameter_count(LLAMA2_7B, 8, ("q_proj", "v_proj")) == 4_194_304
-    with pytest.raises(ValueError, match="no projection qkv_proj"):
+    with pytest.raises(SpagInputError, match="qkv_proj is not a projection of a Llama-style"):
         lora_parameter_count(LLAMA2_7B, 8, ("qkv_proj",))
 
 
@@ -134,3 +135,14 @@ def test_the_lora_config_trains_each_stage_on_one_gpu(tmp_path, capsys):
         assert lora.startswith("* LoRA r=32 (79,953,920 trained parameters): 18.9 GiB")
         assert "gathered" not in lora
         assert "A100-40GB, A100-80GB / H100-80GB" in lora
+
+
+def test_targets_the_estimate_cannot_count_are_named(tmp_path, capsys):
+    """GPT-2's fused projection: a clear error naming the flag, not a traceback."""
+    model = tmp_path / "config.json"
+    model.write_text(json.dumps(LLAMA2_7B))
+    assert main(["training-memory", "--model", str(model), "--configfile",
+                 str(REPO / "config.yaml"), "--lora-targets", "c_attn"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--lora-targets: c_attn is not a projection of a Llama-style decoder" in err
+    assert "Traceback" not in err

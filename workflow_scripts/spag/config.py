@@ -277,6 +277,61 @@ def check_run_inputs(config: dict[str, Any]) -> None:
             f"key 'game.prompt_format' is 'chat', but the tokenizer of {where} has no chat "
             "template; use prompt_format 'raw'"
         )
+    _check_adapter_targets(config)
+
+
+def _base_model_config(base: dict[str, Any]) -> Any:
+    """The base model's transformers config where it can be read before any job (a GGUF
+    file, the tiny model's settings, a local folder, a hub id in the local cache), else
+    None: a hub model not yet downloaded is checked when its training starts."""
+    from transformers import AutoConfig
+
+    from spag.ops.base_model import PACKAGED_MODELS, packaged_model_file
+
+    name, remote = base["name_or_path"], base["trust_remote_code"]
+    if base["gguf_file"] or name in PACKAGED_MODELS:
+        path = Path(base["gguf_file"]).expanduser() if base["gguf_file"] else None
+        path = path or packaged_model_file(name)[0]
+        return AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    if name == "tiny":
+        from spag.models.tiny import tiny_config
+
+        t = base["tiny"]
+        return tiny_config(
+            vocab_size=t["vocab_size"],
+            hidden_size=t["hidden_size"],
+            intermediate_size=t["intermediate_size"],
+            num_layers=t["num_layers"],
+            num_heads=t["num_heads"],
+        )
+    try:
+        return AutoConfig.from_pretrained(
+            Path(name).expanduser() if Path(name).expanduser().is_dir() else name,
+            revision=base["revision"],
+            trust_remote_code=remote,
+            local_files_only=True,
+        )
+    except (OSError, ValueError):
+        return None
+
+
+def _check_adapter_targets(config: dict[str, Any]) -> None:
+    """Each stage's adapter targets modules the base model has, none of them a tied
+    embedding (checked on the model built on the meta device, without weights)."""
+    from spag.training.lora import LoraSettings, check_targets_for_config
+
+    stages = [s for s in STAGE_OBJECTIVE if config[s]["peft"]]
+    if not stages:
+        return
+    model_config = _base_model_config(config["base_model"])
+    if model_config is None:
+        return
+    for stage in stages:
+        peft = config[stage]["peft"]
+        lora = LoraSettings(**{**peft, "target_modules": tuple(peft["target_modules"])})
+        check_targets_for_config(
+            model_config, lora, f"key '{stage}.peft'", config["base_model"]["trust_remote_code"]
+        )
 
 
 def check_prompts(config: dict[str, Any]) -> None:

@@ -75,6 +75,37 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
     )
 
 
+def tiny_config(
+    *,
+    vocab_size: int,
+    hidden_size: int,
+    intermediate_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int | None = None,
+    max_position_embeddings: int = 2048,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+):
+    """The tiny model's ``LlamaConfig`` (untied embeddings, float32)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads or num_heads,
+        max_position_embeddings=max_position_embeddings,
+        bos_token_id=bos_token_id,
+        eos_token_id=eos_token_id,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+        torch_dtype="float32",
+    )
+
+
 def build_tiny_model(
     corpus: list[str | os.PathLike],
     output: str | os.PathLike,
@@ -96,7 +127,7 @@ def build_tiny_model(
     layers, as released models do, so that a benchmark model pays a real vocabulary's cost.
     """
     import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    from transformers import GenerationConfig, LlamaForCausalLM
 
     texts = [t for t in iter_corpus_text(corpus) if t.strip()]
     if not texts:
@@ -111,19 +142,16 @@ def build_tiny_model(
             f"--vocab-rows {rows} is below the tokenizer's {len(tokenizer)} tokens"
         )
     torch.manual_seed(seed)
-    config = LlamaConfig(
+    config = tiny_config(
         vocab_size=rows,
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=kv_heads,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=kv_heads,
         max_position_embeddings=max_position_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=None,
-        tie_word_embeddings=False,
-        torch_dtype="float32",
     )
     model = LlamaForCausalLM(config)
     gen = GenerationConfig(

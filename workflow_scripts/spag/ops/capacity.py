@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spag.errors import SpagInputError
 from spag.generation.settings import SelfplaySettings
 from spag.training.lora import LORA_TARGETS
 
@@ -216,7 +217,10 @@ class ZeroLayout:
 
 
 def lora_parameter_count(
-    config: dict[str, Any], rank: int, targets: tuple[str, ...] = LORA_TARGETS
+    config: dict[str, Any],
+    rank: int,
+    targets: tuple[str, ...] = LORA_TARGETS,
+    setting: str = "target_modules",
 ) -> int:
     """Parameters of rank-``rank`` adapters on the ``targets`` projections of every layer
     of a Llama-style decoder: ``rank x (in + out)`` for each."""
@@ -235,7 +239,10 @@ def lora_parameter_count(
     }
     unknown = sorted(set(targets) - set(shapes))
     if unknown:
-        raise ValueError(f"no projection {', '.join(unknown)} in a Llama-style decoder")
+        raise SpagInputError(
+            f"{setting}: {', '.join(unknown)} is not a projection of a Llama-style decoder, "
+            f"the only layout the estimate counts (its projections: {', '.join(shapes)})"
+        )
     return config["num_hidden_layers"] * sum(rank * sum(shapes[t]) for t in targets)
 
 
@@ -314,6 +321,7 @@ def training_memory(
     lora_rank: int | None = None,
     lora_targets: tuple[str, ...] = LORA_TARGETS,
     parameters: int | None = None,
+    targets_setting: str = "target_modules",
 ) -> TrainingMemory:
     """The memory of one ``spag train`` job per GPU, for full fine-tuning or, with
     ``lora_rank``, for adapters on a frozen base (weights in bf16 with ``bf16``, the
@@ -332,7 +340,7 @@ def training_memory(
     sharded = zero.stage == 3
     state_bytes = STATE_BYTES_FP32_GRADS if zero.fp32_grads else STATE_BYTES
     if lora_rank:
-        trained = lora_parameter_count(config, lora_rank, lora_targets)
+        trained = lora_parameter_count(config, lora_rank, lora_targets, targets_setting)
         frozen = total * act_bytes  # the base in the training dtype, no gradients
         weights = frozen / ranks if sharded else frozen
         states = trained * STATE_BYTES  # small: kept whole on every GPU
@@ -425,6 +433,7 @@ def stage_estimates(
             (peft["r"], tuple(peft["target_modules"])) if peft else (lora_rank, lora_targets)
         )
         lora = f"LoRA r={rank}"
+        where = f"key '{stage}.peft.target_modules'" if peft else "--lora-targets"
         out.append(
             StageEstimate(
                 stage=stage,
@@ -436,7 +445,13 @@ def stage_estimates(
                 ),
                 estimates={
                     "full fine-tuning": training_memory(model, **common),
-                    lora: training_memory(model, lora_rank=rank, lora_targets=targets, **common),
+                    lora: training_memory(
+                        model,
+                        lora_rank=rank,
+                        lora_targets=targets,
+                        targets_setting=where,
+                        **common,
+                    ),
                 },
                 chosen=lora if peft else "full fine-tuning",
             )

@@ -47,7 +47,7 @@ def save_final(
 
     With an adapter (``cfg.peft``) the folder is the full model, the adapter merged into
     ``cfg.model``'s weights and written in ``weights_dtype`` as full fine-tuning writes
-    them, and the adapter itself in its ``adapter/``."""
+    them (or in ``peft.merged_dtype``), and the adapter itself in its ``adapter/``."""
     from spag.data.tables import atomic_path, write_manifest
 
     final = Path(cfg.output)
@@ -62,8 +62,10 @@ def save_final(
     trainer.save_model(str(tmp if cfg.peft is None else tmp / ADAPTER_DIR))
     barrier()
     if is_main:
+        lost = None
         if cfg.peft is not None:
-            write_merged(cfg.model, tmp / ADAPTER_DIR, tmp, weights_dtype, cfg.trust_remote_code)
+            stored = cfg.peft.merged_dtype or weights_dtype
+            lost = write_merged(cfg.model, tmp / ADAPTER_DIR, tmp, stored, cfg.trust_remote_code)
         copy_tokenizer_files(cfg.model, tmp)
         info = {
             k: v
@@ -71,6 +73,9 @@ def save_final(
             if k not in ("output", "checkpoint_dir", "loss_log")
         }
         info["global_step"] = trainer.state.global_step
+        if cfg.peft is not None:
+            # The share of the adapter's update the stored weights' rounding lost.
+            info["merge_update_rounding"] = lost
         (tmp / "spag_training.json").write_text(json.dumps(info, indent=2) + "\n")
         for stray in ("training_args.bin",):
             with contextlib.suppress(FileNotFoundError):

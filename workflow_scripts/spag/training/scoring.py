@@ -129,6 +129,9 @@ def load_model_and_tokenizer(
 
 def _accepts_logits_to_keep(model) -> bool:
     inner = getattr(model, "module", model)  # DeepSpeed / DDP wrappers
+    if hasattr(inner, "get_base_model"):
+        # A PeftModel's forward takes **kwargs and hands them to the model it wraps.
+        inner = inner.get_base_model()
     try:
         return "logits_to_keep" in inspect.signature(inner.forward).parameters
     except (TypeError, ValueError):
