@@ -30,8 +30,9 @@ PAPER = dict(per_device_batch_size=2, max_length=2048, bf16=True, activation_che
 # a token (norms 4 x 4096; q, k, v twice 2 x 12,288; attention and o_proj outputs
 # 2 x 4096; the MLP's 4 x 11,008 and its output 4096) x 4096 tokens x 2 bytes.
 ACTIVATIONS = 1_073_741_824 + 2 * 97_280 * 4096 * 2
-# Logits of every token: 4096 x 32,000 x (2 bf16 + 4 fp32 log-softmax + 4 its gradient).
-LOGITS = 4096 * 32_000 * 10
+# Logits of one chunk of 1024 learned positions (spag.training.head), made again in the
+# backward: 1024 x 32,000 x (2 bf16 + 4 fp32 log-softmax + 4 its gradient + 2 bf16 gradient).
+LOGITS = 1024 * 32_000 * 12
 CUDA = 1.5 * GIB
 
 
@@ -53,14 +54,14 @@ def test_full_and_lora_on_one_gpu_by_hand():
     assert full.activations_gib * GIB == ACTIVATIONS
     assert full.logits_gib * GIB == LOGITS
     assert full.total_gib * GIB == pytest.approx(16 * P + ACTIVATIONS + LOGITS + CUDA)
-    assert 105 < full.total_gib < 106  # more than an 80 GB card
+    assert 104 < full.total_gib < 105  # more than an 80 GB card
 
     lora = training_memory(LLAMA2_7B, lora_rank=16, **PAPER)
     # The frozen base in bf16, the adapters with gradients and moments in fp32.
     base, adapters = 2 * P, 16 * 39_976_960
     assert lora.trained_parameters == 39_976_960
     assert lora.total_gib * GIB == pytest.approx(base + adapters + ACTIVATIONS + LOGITS + CUDA)
-    assert 18 < lora.total_gib < 19  # one 40 GB card holds it
+    assert 17 < lora.total_gib < 18  # one 40 GB card holds it
 
 
 def test_zero3_shards_the_states_and_offload_moves_them_to_the_host():
@@ -109,9 +110,9 @@ def test_command_on_the_paper_config(tmp_path, capsys):
     full, lora = out.splitlines()[1:3]
     # 16 bytes a parameter over one GPU, 1e9 gathered bf16 weights and the embeddings'
     # gradients (2.1 GiB) added; the config's own method (peft: null) marked.
-    assert full.startswith("* full fine-tuning (6,738,415,616 trained parameters): 107.7 GiB")
+    assert full.startswith("* full fine-tuning (6,738,415,616 trained parameters): 106.9 GiB")
     assert full.endswith("fits: H200")
-    assert lora.startswith("  LoRA r=16 (39,976,960 trained parameters): 20.2 GiB")
+    assert lora.startswith("  LoRA r=16 (39,976,960 trained parameters): 19.4 GiB")
     assert "fits: A100-40GB, A100-80GB / H100-80GB, H200" in lora
 
 
@@ -132,7 +133,7 @@ def test_the_lora_config_trains_each_stage_on_one_gpu(tmp_path, capsys):
         assert full.startswith("  full fine-tuning") and "fits: H200" in full
         # r x (in + out) per projection at r = 32: twice the r = 16 count above.
         # No DeepSpeed on one GPU: nothing gathered.
-        assert lora.startswith("* LoRA r=32 (79,953,920 trained parameters): 18.9 GiB")
+        assert lora.startswith("* LoRA r=32 (79,953,920 trained parameters): 18.1 GiB")
         assert "gathered" not in lora
         assert "A100-40GB, A100-80GB / H100-80GB" in lora
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from spag.errors import SpagInputError
 from spag.generation.settings import SelfplaySettings
+from spag.training.head import CHUNK_ROWS
 from spag.training.lora import LORA_TARGETS
 
 GIB = 1024**3
@@ -329,9 +330,9 @@ def training_memory(
 
     ``gpus`` is the job's data-parallel size (GPUs per node x ``nodes``). A micro-batch
     is ``per_device_batch_size`` samples packed into at most that many times
-    ``max_length`` tokens; the logits are counted for every one of them (an upper bound:
-    only the learned tokens are projected onto the vocabulary), in bf16 or fp32 with
-    their fp32 log-softmax and its gradient.
+    ``max_length`` tokens; the logits are those of one chunk of learned positions
+    (:data:`spag.training.head.CHUNK_ROWS`), in bf16 or fp32 with their fp32 log-softmax
+    and both gradients.
     """
     total = parameters or parameter_count(config)
     ranks = max(gpus, 1)
@@ -371,7 +372,9 @@ def training_memory(
         activations = layers * tokens * h * act_bytes + 2 * per_layer
     else:
         activations = layers * per_layer
-    logits = tokens * config["vocab_size"] * (act_bytes + 4 + 4)
+    # The learned positions' logits, a chunk at a time (spag.training.head): one chunk's,
+    # in the training dtype and float32, with both gradients, made again in the backward.
+    logits = min(tokens, CHUNK_ROWS) * config["vocab_size"] * (2 * act_bytes + 4 + 4)
     return TrainingMemory(
         trained_parameters=trained,
         weights_gib=weights / GIB,

@@ -18,6 +18,16 @@ def target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
+def sample_means(token_lp: torch.Tensor, sample: torch.Tensor, n: int) -> torch.Tensor:
+    """Mean of the token log-probs ``token_lp`` ``(K,)`` of each of ``n`` samples
+    (``sample`` ``(K,)`` the sample of each), ``(n,)`` in float32; a sample without
+    targets gets 0."""
+    sums = torch.zeros(n, dtype=torch.float32, device=token_lp.device)
+    sums = sums.index_add(0, sample, token_lp.float())
+    counts = torch.bincount(sample, minlength=n).clamp(min=1).to(torch.float32)
+    return sums / counts
+
+
 def sample_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, n: int
 ) -> torch.Tensor:
@@ -26,13 +36,10 @@ def sample_logprobs(
     The one computation of a sequence-level log-prob (docs/design.md section 4) for
     scoring, padded and packed training: ``logits`` ``(K, V)`` are the rows that
     predict the ``K`` target tokens ``targets``, ``sample`` ``(K,)`` the sample each
-    belongs to. A sample without targets gets 0.
+    belongs to (:mod:`spag.training.head` makes the same token log-probs a chunk of
+    rows at a time). A sample without targets gets 0.
     """
-    token_lp = target_logprobs(logits, targets)
-    sums = torch.zeros(n, dtype=torch.float32, device=token_lp.device)
-    sums = sums.index_add(0, sample, token_lp)
-    counts = torch.bincount(sample, minlength=n).clamp(min=1).to(torch.float32)
-    return sums / counts
+    return sample_means(target_logprobs(logits, targets), sample, n)
 
 
 def sequence_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

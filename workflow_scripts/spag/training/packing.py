@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from spag.training.collate import sample_columns
-from spag.training.losses import IGNORE_INDEX, sample_logprobs
+from spag.training.losses import IGNORE_INDEX, sample_logprobs, sample_means
 
 PACKED_ATTENTION = "spag_packed_sdpa"
 
@@ -178,18 +178,23 @@ def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
     """Mean log-prob of each packed sample's learned tokens, ``(samples,)`` in float32.
 
     Only the positions that predict a learned token are projected onto the vocabulary
-    (``logits_to_keep`` as indices). A sample's first label is always ``IGNORE_INDEX``
+    (a chunk at a time where the model takes :mod:`spag.training.head`, else
+    ``logits_to_keep`` as indices). A sample's first label is always ``IGNORE_INDEX``
     (its query comes first), so no position predicts across a sample boundary.
     """
+    from spag.training.head import takes_chunked_head
+
     labels = batch["labels"]
     bounds = batch["cu_seq_lens_q"]
     n = bounds.numel() - 1
     keep = (labels[0, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)[0]
-    out = model(
+    targets = labels[0, keep + 1]
+    # The sample of the predicted token (position keep + 1).
+    sample = torch.searchsorted(bounds.to(keep.dtype), keep + 1, right=True) - 1
+    inputs = dict(
         input_ids=batch["input_ids"],
         position_ids=batch["position_ids"],
         use_cache=False,
-        logits_to_keep=keep,
         cu_seq_lens_q=bounds,
         cu_seq_lens_k=bounds,
         max_length_q=batch["max_length_q"],
@@ -197,9 +202,10 @@ def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
         # The boundaries as host integers: read once, not once per layer from the device.
         spag_cuts=tuple(batch["cu_seq_lens_q"].tolist()),
     )
+    if takes_chunked_head(model):
+        return sample_means(model(**inputs, spag_targets=(keep, targets)), sample, n)
+    out = model(**inputs, logits_to_keep=keep)
     logits = out.logits.reshape(-1, out.logits.shape[-1])
     if logits.shape[0] != keep.numel():  # a model that ignores logits_to_keep
         logits = logits[keep]
-    # The sample of the predicted token (position keep + 1).
-    sample = torch.searchsorted(bounds.to(keep.dtype), keep + 1, right=True) - 1
-    return sample_logprobs(logits, labels[0, keep + 1], sample, n)
+    return sample_logprobs(logits, targets, sample, n)

@@ -120,6 +120,7 @@ def train(cfg: TrainConfig) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from spag.training.collate import SampleCollator, SampleDataset, pad_token_id
+    from spag.training.head import use_chunked_head
     from spag.training.packing import PackedCollator, use_packed_attention
     from spag.training.trainer import LossLogCallback, SpagTrainer
 
@@ -145,6 +146,8 @@ def train(cfg: TrainConfig) -> Path:
         padding_free = False
     if padding_free:
         use_packed_attention(model)
+    # The vocabulary projection a chunk of learned positions at a time, as scoring's.
+    use_chunked_head(model)
     if cfg.peft is not None:
         from transformers import set_seed
 

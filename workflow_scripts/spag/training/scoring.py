@@ -141,14 +141,32 @@ def _accepts_logits_to_keep(model) -> bool:
 def model_sequence_logprobs(model, input_ids, attention_mask, labels, trim_logits: bool = True):
     """Forward pass and sequence log-probs of the labelled (target) tokens.
 
-    With ``trim_logits`` the vocabulary projection runs only from the earliest position
-    whose logit a target token needs (``logits_to_keep``): query positions, most of a
-    game sample, get no logits, which saves time and the float32 copy of a
-    (batch x length x vocabulary) tensor. Right padding and length-grouped batches keep
-    the trimmed span close to the targets themselves.
+    Where the model takes :mod:`spag.training.head`, only the learned positions are
+    projected onto the vocabulary, a chunk at a time. Else, with ``trim_logits``, the
+    projection runs from the earliest position whose logit a target token needs
+    (``logits_to_keep``): query positions, most of a game sample, get no logits, which
+    saves time and the float32 copy of a (batch x length x vocabulary) tensor. Right
+    padding and length-grouped batches keep the trimmed span close to the targets.
     """
-    from spag.training.losses import first_needed_logit, sequence_logprobs
+    from spag.training.head import takes_chunked_head
+    from spag.training.losses import (
+        IGNORE_INDEX,
+        first_needed_logit,
+        sample_means,
+        sequence_logprobs,
+    )
 
+    if takes_chunked_head(model):
+        learned = labels[:, 1:] != IGNORE_INDEX
+        rows, cols = learned.nonzero(as_tuple=True)
+        positions = rows * labels.shape[1] + cols  # in the flattened (batch x length)
+        token_lp = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            spag_targets=(positions, labels[:, 1:][learned]),
+        )
+        return sample_means(token_lp, rows, labels.shape[0])
     kwargs = {}
     if trim_logits and _accepts_logits_to_keep(model):
         start = first_needed_logit(labels)
@@ -224,6 +242,7 @@ def score_file(
 
     from spag.generation.base import check_model_dir
     from spag.training.collate import build_features, check_sample_table, pad_token_id
+    from spag.training.head import use_chunked_head
 
     if batch_size < 1:
         raise SpagInputError(f"--batch-size must be positive, got {batch_size}")
@@ -233,6 +252,8 @@ def score_file(
     check_model_dir(model_dir)
     identity = model_identity(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, dtype, trust_remote_code, device)
+    # The learned tokens' log-probs as training makes them (spag.training.head).
+    use_chunked_head(model)
     if padding_free:
         from spag.training.packing import use_packed_attention
 
