@@ -60,6 +60,7 @@ rule preflight:
     params:
         # results/preflight: the reports' folder, above their work folder
         out=lambda wildcards, input: os.path.dirname(os.path.dirname(input[0])),
+        base_model=BASE_MODEL,
     shell:
-        "exec spag preflight-report --inputs {input:q} --output-dir {params.out:q} 2>&1"
-        " | tee {log:q}"
+        "exec spag preflight-report --inputs {input:q} --output-dir {params.out:q}"
+        " --base-model {params.base_model:q} 2>&1 | tee {log:q}"

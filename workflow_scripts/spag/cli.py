@@ -52,6 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight-report": ("preflight_report", "print the preflight table of every family"),
     "engine-capacity": ("engine_capacity", "games a vLLM engine holds at once, per GPU family"),
     "training-memory": ("training_memory", "a training job's memory per GPU: full and LoRA"),
+    "estimate": ("estimate", "an epoch's GPU-hours per rule family and wall time, before it runs"),
     "gpu-lease": ("gpu_lease", "lease N of this machine's GPUs, then run a command on them"),
 }
 

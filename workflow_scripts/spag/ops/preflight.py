@@ -604,6 +604,13 @@ def write_report(plan: FamilyPlan, rows: list[Row], output: str | os.PathLike) -
         "ok": all(r.status != FAIL for r in rows),
         "rows": [asdict(r) for r in rows],
     }
+    if plan.device == "cuda":
+        from spag.ops.device import nvml_devices
+
+        # The node's GPUs, for the epoch's estimate after the table (spag.ops.estimate).
+        report["gpus"] = [
+            {"name": d["name"], "memory_gib": d["memory_gib"]} for d in nvml_devices()
+        ]
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
@@ -618,7 +625,38 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
         family = report["family"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpagInputError(f"{path}: not a preflight report ({exc})") from exc
-    return {"family": family, "rows": rows}
+    return {"family": family, "rows": rows, "gpus": report.get("gpus", [])}
+
+
+def estimate_section(
+    reports: list[dict[str, Any]], config: dict[str, Any], model_dir: str | None
+) -> str:
+    """The epoch's estimate (:mod:`spag.ops.estimate`) on the training nodes' GPUs the
+    train family's preflight found, or why there is none."""
+    from spag.ops.estimate import card_family, epoch_estimate, model_size
+
+    train = next((r for r in reports if r["family"] == "train"), None)
+    gpus = (train or {}).get("gpus") or []
+    if not gpus:
+        return (
+            "epoch estimate: the train family's preflight found no GPU; `spag estimate "
+            "--card NAME` prints it for a GPU family"
+        )
+    card = card_family(gpus[0]["name"], gpus[0]["memory_gib"]) or gpus[0]["name"]
+    found, _ = model_dir_now(model_dir) if model_dir else (None, "")
+    if found is None:
+        base = config["base_model"]
+        found, _ = model_dir_now(base["gguf_file"] or base["name_or_path"])
+    try:
+        from spag.ops.capacity import read_model
+
+        if found is None:
+            raise SpagInputError("not readable before the run")
+        model, _ = read_model(found)
+    except (SpagInputError, OSError, ValueError, KeyError) as exc:
+        return f"epoch estimate: the base model's config.json: {exc}; `spag estimate --model` takes one"
+    nodes = max(int(config["resources"]["train"].get("nodes", 1)), 1)
+    return epoch_estimate(config, model_size(model), card, len(gpus), nodes, where=str(found))
 
 
 def format_table(reports: list[dict[str, Any]]) -> str:
