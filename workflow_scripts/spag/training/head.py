@@ -20,11 +20,10 @@ give it, and all of them need triton, which a CPU run has not.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from spag.training.losses import target_logprobs
+if TYPE_CHECKING:  # torch where a forward runs: the memory estimate reads CHUNK_ROWS
+    import torch
 
 # Learned positions projected onto the vocabulary at once: 1024 x 32k logits are about
 # 0.4 GiB with their float32 copy and gradients.
@@ -46,6 +45,9 @@ def chunked_target_logprobs(
 ) -> torch.Tensor:
     """Log-prob (float32) of ``targets[k]`` under ``head(hidden[k])``, ``rows`` positions at a
     time; under autograd each chunk's logits are made again in the backward pass."""
+    import torch
+
+    from spag.training.losses import target_logprobs
 
     def part(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return target_logprobs(head(h), t)
