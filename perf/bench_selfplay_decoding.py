@@ -58,6 +58,8 @@ def stop_hook(model, eos_id: int, mean_length: float):
     backend forbids it for the first two tokens), drawn from the row's position and last
     token only: both sides stop the same replies at the same tokens, whatever rows share
     their batch, and replies are 2 + geometric tokens long with the games' mean."""
+    import torch
+
     p = 1.0 / max(mean_length - 2.0, 1.0)
 
     def hook(module, args, kwargs, output):
@@ -66,7 +68,9 @@ def stop_hook(model, eos_id: int, mean_length: float):
         pos = kwargs["position_ids"][:, -1]
         tok = kwargs["input_ids"][:, -1]
         u = ((pos * 1103515245 + tok * 12345 + 7) % 65536).float() / 65536
-        output.logits[u < p, -1, eos_id] = 1e4
+        # No boolean indexing (a host sync): the step stays capturable as a CUDA graph.
+        last = output.logits[:, -1, eos_id]
+        output.logits[:, -1, eos_id] = torch.where(u < p, torch.full_like(last, 1e4), last)
         return output
 
     return model.register_forward_hook(hook, with_kwargs=True)
@@ -101,6 +105,10 @@ def worker(args) -> dict:
     cuda = backend.device.type == "cuda"
 
     def timed(*a, **kw):
+        # A step being captured as a CUDA graph cannot synchronise; its replays do not
+        # pass through here: decode_s counts the eager steps only.
+        if cuda and torch.cuda.is_current_stream_capturing():
+            return forward(*a, **kw)
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -143,6 +151,9 @@ def worker(args) -> dict:
         "token_share": generated / max(stats["decode_row_steps"], 1),
         "prompt_tokens": stats["prompt_tokens"],
         "prompt_tokens_computed": stats["prompt_tokens_computed"],
+        # Decoding steps captured as CUDA graphs (decode_s and decode_steps count the
+        # eager ones only); None for code before the capture.
+        "graphs_captured": stats.get("graphs_captured"),
         "histories": [[m["content"] for m in g.history] for g in games],
     }
 

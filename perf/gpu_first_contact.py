@@ -30,7 +30,15 @@ Steps:
   reference scores (fp32, ZeRO-3 bf16, autocast bf16, ZeRO-3 with CPU offload) and
   for LoRA (alone and under ZeRO-3, with and without activation checkpointing): step
   time, peak memory against ``spag training-memory``'s estimate, the first step's
-  ratio and KL.
+  ratio and KL;
+- ``shape7b_*`` (the sh runs them where ``GFC_STEPS`` names ``shape7b``): LLaMA-2-7B's
+  configuration with random weights, built on the card in bf16 (``shape7b_build``);
+  self-play at the slots the backend's sizing picks (``shape7b_generate``); packed bf16
+  scoring of samples up to 2,048 tokens (``shape7b_score``); training at the paper's
+  micro-batch with activation checkpointing: LoRA, full under ZeRO-3, ZeRO-3 with CPU
+  offload (``shape7b_lora``, ``shape7b_full``, ``shape7b_offload``), whose CPU Adam
+  ``shape7b_cpu_adam`` builds. Each with tokens/s and its share of the card's bf16
+  rate (:func:`flop_share`).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -54,6 +63,24 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "data"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The ``shape7b_*`` sub-steps' sizes: LLaMA-2-7B's on a card, a toy Llama's on the CPU."""
+
+    model: dict  # LlamaConfig's keywords
+    samples: int  # scored samples, queries long enough to fill most of max_length
+    max_length: int
+    score_batch: int
+    train_batch: int  # the paper's per_device_batch_size
+    train_accum: int
+    train_steps: int
+    offload_steps: int
+    games: int  # self-play games of the shard, and the batch size asked for (a cap)
+    max_new_tokens: int
+    max_turns: int
+    lora: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -76,7 +103,36 @@ class Sizes:
     train_accum: int
     train_steps: int
     attention_shape: tuple[int, int, int, int, int]  # heads, kv heads, tokens, dim, reps
+    shape7b: Shape
 
+
+# LLaMA-2-7B's configuration (meta-llama/Llama-2-7b-hf's config.json): 6.74B parameters.
+LLAMA2_7B = dict(
+    vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+    num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+    rms_norm_eps=1e-5,
+)  # fmt: skip
+# The paper's shapes (configs/paper-llama2-7b.yaml): 2 samples of 2048 tokens a
+# micro-batch, scoring in sub-batches of 16, replies of at most 256 tokens; LoRA as
+# configs/paper-llama2-7b-lora.yaml. 768 games, more than the ~600 slots the sizing
+# should fit for first-turn Taboo prompts (~210 tokens): the sizing, not the cap, picks.
+GPU_SHAPE = Shape(
+    model=LLAMA2_7B, samples=128, max_length=2048, score_batch=16, train_batch=2,
+    train_accum=1, train_steps=3, offload_steps=2, games=768, max_new_tokens=256,
+    max_turns=1, lora=("r=32", "lora_alpha=64"),
+)  # fmt: skip
+CPU_SHAPE = Shape(
+    model=dict(
+        vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024,
+        rms_norm_eps=1e-5,
+    ),
+    samples=8, max_length=64, score_batch=4, train_batch=2, train_accum=1, train_steps=2,
+    offload_steps=2, games=4, max_new_tokens=8, max_turns=1, lora=("r=4", "lora_alpha=8"),
+)  # fmt: skip
+# The H200's dense bf16 rate by the vendor's datasheet (a large matrix product on random
+# data reached about 790 TFLOP/s on this workplace's H200s).
+BF16_PEAK_FLOPS = 989e12
 
 GPU = Sizes(
     big=dict(
@@ -90,7 +146,7 @@ GPU = Sizes(
     prompt_words=600, rules_words=200, max_new_tokens=64, batches=(1, 8, 32, 128),
     batch1_games=4, invariance_games=8, samples=128, max_length=1024, score_batch=16,
     agreement_samples=32, train_batch=4, train_accum=2, train_steps=4,
-    attention_shape=(16, 4, 1024, 128, 20),
+    attention_shape=(16, 4, 1024, 128, 20), shape7b=GPU_SHAPE,
 )  # fmt: skip
 CPU = Sizes(
     big=dict(
@@ -104,7 +160,7 @@ CPU = Sizes(
     prompt_words=30, rules_words=10, max_new_tokens=8, batches=(1, 2, 4),
     batch1_games=2, invariance_games=4, samples=16, max_length=96, score_batch=4,
     agreement_samples=8, train_batch=2, train_accum=2, train_steps=2,
-    attention_shape=(4, 2, 64, 16, 3),
+    attention_shape=(4, 2, 64, 16, 3), shape7b=CPU_SHAPE,
 )  # fmt: skip
 
 
@@ -412,18 +468,19 @@ def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
             del backend
 
 
-def _samples(sizes: Sizes, path: Path) -> Path:
-    """Game and SFT rows with queries up to about max_length tokens."""
+def _samples(path: Path, count: int, max_length: int, fill: float = 0.0) -> Path:
+    """Game and SFT rows with queries up to about max_length tokens (at least ``fill`` of
+    the longest query's words)."""
     import pyarrow as pa
 
     from spag.data.tables import SAMPLE_SCHEMA, write_parquet
 
     rng = random.Random(0)
     rows = []
-    top = max(8, int(sizes.max_length * 0.6))
-    for i in range(sizes.samples):
-        query = _words(1000 + i, rng.randint(4, top))
-        target = _words(5000 + i, rng.randint(4, max(8, sizes.max_length // 16)))
+    top = max(8, int(max_length * 0.6))
+    for i in range(count):
+        query = _words(1000 + i, rng.randint(max(4, int(fill * top)), top))
+        target = _words(5000 + i, rng.randint(4, max(8, max_length // 16)))
         sft = i % 4 == 3
         rows.append(dict(
             type="sft" if sft else "game", role=None if sft else rng.choice(["attacker", "defender"]),
@@ -468,7 +525,7 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
         return _cudnn_allowed(sdpa_kernel(with_cudnn, set_priority=True))
 
     sizes, device = args.sizes, _device(args.cpu)
-    samples = _samples(sizes, args.work / "samples.parquet")
+    samples = _samples(args.work / "samples.parquet", sizes.samples, sizes.max_length)
     features, pad = _features(args.work / "big", samples, sizes.max_length)
     tokens = sum(len(f["input_ids"]) for f in features)
     for dtype in ("float32", "bfloat16"):
@@ -608,20 +665,13 @@ def step_training(args: argparse.Namespace, rec: Recorder) -> None:
     if args.pairings:
         pairings = [p for p in pairings if p[0] in args.pairings]
     for name, flags, scores in pairings:
-        folder = args.work / f"train_{name}"
         cmd = [
             sys.executable, __file__, "train-one", "--out", str(args.out), "--work", str(args.work),
             *(["--cpu"] if args.cpu else []), "--name", name, "--scores", scores, "--",
-            "train", "--model", str(args.work / "big"),
-            "--samples", str(args.work / f"scored_{scores}.parquet"),
-            "--output", str(folder / "model"), "--checkpoint-dir", str(folder / "ckpt"),
-            "--loss-log", str(folder / "loss.tsv"), "--max-length", str(sizes.max_length),
-            "--prompt-format", "raw", "--objective", "offline_po",
-            "--per-device-batch-size", str(sizes.train_batch),
-            "--gradient-accumulation-steps", str(sizes.train_accum),
-            "--max-steps", str(sizes.train_steps), "--learning-rate", "1e-6",
-            "--warmup-ratio", "0", "--save-steps", "100000", "--device", _device(args.cpu),
-            *flags,
+            *_train_args(
+                args, name, args.work / "big", args.work / f"scored_{scores}.parquet",
+                sizes.max_length, sizes.train_batch, sizes.train_accum, sizes.train_steps, flags,
+            ),
         ]  # fmt: skip
         start = time.perf_counter()
         try:
@@ -634,11 +684,47 @@ def step_training(args: argparse.Namespace, rec: Recorder) -> None:
             )
 
 
-class _StepClock:
-    """Optimizer-step wall times (synchronised), as a Trainer callback."""
+def _train_args(
+    args, name: str, model: Path, samples: Path, max_length: int, batch: int, accum: int,
+    steps: int, flags: list[str],
+) -> list[str]:  # fmt: skip
+    """``spag train``'s arguments for one pairing (its files under ``WORK/train_NAME``)."""
+    folder = args.work / f"train_{name}"
+    return [
+        "train", "--model", str(model), "--samples", str(samples),
+        "--output", str(folder / "model"), "--checkpoint-dir", str(folder / "ckpt"),
+        "--loss-log", str(folder / "loss.tsv"), "--max-length", str(max_length),
+        "--prompt-format", "raw", "--objective", "offline_po",
+        "--per-device-batch-size", str(batch), "--gradient-accumulation-steps", str(accum),
+        "--max-steps", str(steps), "--learning-rate", "1e-6",
+        "--warmup-ratio", "0", "--save-steps", "100000", "--device", _device(args.cpu),
+        *flags,
+    ]  # fmt: skip
 
-    def __init__(self, device: str) -> None:
+
+def flop_share(
+    parameters: int, tokens: float, seconds: float, *, passes: str = "forward",
+    checkpointing: bool = False, peak: float = BF16_PEAK_FLOPS,
+) -> float:  # fmt: skip
+    """The share of the card's bf16 rate that ``tokens`` in ``seconds`` use, counting
+    2N FLOPs a token for a forward pass (``forward``: generation, scoring), 6N for full
+    training (``full``: the forward and the backward's two products, for the inputs and
+    the weights), 4N for LoRA (``lora``: a frozen base has no weight gradients), and 2N
+    more with activation checkpointing (the forward run again). N is ``parameters``
+    (embeddings included); attention's own products are not counted."""
+    per_token = {"forward": 2, "lora": 4, "full": 6}[passes] + (2 if checkpointing else 0)
+    return per_token * parameters * tokens / seconds / peak
+
+
+class _StepClock:
+    """Optimizer-step wall times (synchronised) and the tokens of each step, as a Trainer
+    callback; ``report(step, seconds, tokens)`` is told of each step as it ends."""
+
+    def __init__(self, device: str, report=None) -> None:
         self.device, self.times, self._start = device, [], 0.0
+        self.tokens: list[float] = []
+        self.pending: list = []  # the micro-batches' token counts (tensors) of this step
+        self.report = report
 
     def on_step_begin(self, *a, **k):
         _sync(self.device)
@@ -647,25 +733,62 @@ class _StepClock:
     def on_step_end(self, *a, **k):
         _sync(self.device)
         self.times.append(time.perf_counter() - self._start)
+        self.tokens.append(float(sum(float(t) for t in self.pending)))
+        self.pending = []
+        if self.report:
+            self.report(len(self.times), self.times[-1], self.tokens[-1])
 
 
-def train_one(args: argparse.Namespace, rec: Recorder, spag_args: list[str]) -> None:
-    """``spag train`` in this process, with a step clock and the peak memory read after."""
+def _host_peak_bytes() -> int:
+    """This process's peak resident memory (Linux reports kilobytes)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def train_one(
+    args: argparse.Namespace, rec: Recorder, spag_args: list[str], *, save: bool = True,
+    step_rows: bool = False,
+) -> None:  # fmt: skip
+    """``spag train`` in this process, with a step clock and the peak memory read after;
+    without ``save`` the trained model is not written (a 7B model's write and LoRA's
+    merge on the CPU would take much of a step's time), with ``step_rows`` each step's
+    time is recorded as it ends."""
     import torch
     from transformers import TrainerCallback
 
+    import spag.training.run as run_module
     import spag.training.trainer as trainer_module
     from spag.cli import main
 
     device = _device(args.cpu)
-    clock = type("StepClock", (_StepClock, TrainerCallback), {})(device)
+
+    def report(step: int, seconds: float, tokens: float) -> None:
+        rec("step", name=args.name, optimizer_step=step, seconds=round(seconds, 3),
+            tokens=int(tokens))  # fmt: skip
+
+    clock = type("StepClock", (_StepClock, TrainerCallback), {})(
+        device, report if step_rows else None
+    )
     original = trainer_module.SpagTrainer.__init__
+    accumulate = trainer_module.SpagTrainer._accumulate
 
     def with_clock(self, *a, **k):
         original(self, *a, **k)
         self.add_callback(clock)
 
+    def counting(self, stats):
+        clock.pending.append(stats["tokens"].detach())  # read once the step has ended
+        accumulate(self, stats)
+
     trainer_module.SpagTrainer.__init__ = with_clock
+    trainer_module.SpagTrainer._accumulate = counting
+    if not save:
+
+        def loss_log_only(trainer, cfg, work_log, is_main, weights_dtype):
+            shutil.copyfile(work_log, cfg.loss_log)
+
+        run_module.save_final = loss_log_only
     base = _peak_reset(device)
     start = time.perf_counter()
     rc = main(spag_args)
@@ -677,6 +800,13 @@ def train_one(args: argparse.Namespace, rec: Recorder, spag_args: list[str]) -> 
     with out.open() as fh:
         first = next(csv.DictReader(fh, delimiter="\t"))
     estimate = _memory_estimate(spag_args)
+    # Throughput over the steps after the first (its kernels' first calls, its allocations).
+    later = slice(1 if len(clock.times) > 1 else 0, None)
+    times, tokens = sum(clock.times[later]), sum(clock.tokens[later])
+    parameters = _parameters(Path(spag_args[spag_args.index("--model") + 1]))
+    passes = "lora" if "--peft" in spag_args else "full"
+    checkpointing = "--activation-checkpointing" in spag_args
+    share = flop_share(parameters, tokens, times, passes=passes, checkpointing=checkpointing)
     rec(
         "pairing",
         name=args.name,
@@ -684,12 +814,20 @@ def train_one(args: argparse.Namespace, rec: Recorder, spag_args: list[str]) -> 
         rc=rc,
         process_seconds=round(seconds, 1),
         step_seconds=[round(t, 3) for t in clock.times],
+        step_tokens=[int(t) for t in clock.tokens],
+        tokens_per_s=round(tokens / times, 1),
+        parameters=parameters,
+        flops_counted={"passes": passes, "checkpointing": checkpointing},
+        flop_share=float(f"{share:.4g}"),
+        saved=save,
         peak_bytes=_peak_since(device, base),
         peak_reserved_bytes=torch.cuda.max_memory_reserved() if device == "cuda" else None,
+        peak_host_bytes=_host_peak_bytes(),
         first_step={
             k: first.get(k) for k in ("loss", "kl", "ratio_mean", "ratio_min", "ratio_max")
         },
         estimate_bytes=round(estimate.total_gib * 2**30),
+        estimate_host_bytes=round(estimate.host_gib * 2**30),
         estimate_parts_gib={
             k: round(v, 3)
             for k, v in asdict(estimate).items()
@@ -756,6 +894,249 @@ def step_selfplay(args: argparse.Namespace, rec: Recorder) -> None:
         rec("selfplay", batch=batch, seconds=round(time.perf_counter() - start, 1))
 
 
+# ------------------------------------------------------------------ shape7b
+
+
+def _stop_lengths() -> list[str]:
+    """The committed SmolLM2 games whose mean message length stops random-weight replies."""
+    return sorted(str(p) for p in (REPO / "perf/results/smollm2/seed42/games").glob("*.parquet"))
+
+
+def step_shape7b_build(args: argparse.Namespace, rec: Recorder) -> None:
+    """LLaMA-2-7B's configuration with random weights, built on the device in bf16 (no
+    float32 copy, no initialisation on the CPU) and saved as a model folder with the
+    ``big`` model's tokenizer and generation config."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from spag.data.tables import atomic_dir
+    from spag.training.output import copy_tokenizer_files
+
+    shape, device = args.sizes.shape7b, _device(args.cpu)
+    folder = args.work / "shape7b"
+    if folder.is_dir():
+        rec("built", model="shape7b", cached=True, parameters=_parameters(folder))
+        return
+    tokenizer = AutoTokenizer.from_pretrained(args.work / "big")
+    config = LlamaConfig(
+        **shape.model,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    _sync(device)
+    start = time.perf_counter()
+    with torch.device(device):
+        model = LlamaForCausalLM._from_config(config, dtype=torch.bfloat16)
+    _sync(device)
+    init_seconds = time.perf_counter() - start
+    with atomic_dir(folder) as tmp:
+        start = time.perf_counter()
+        model.save_pretrained(tmp)
+        save_seconds = time.perf_counter() - start
+        copy_tokenizer_files(args.work / "big", tmp)
+    files = list(folder.glob("*.safetensors"))
+    rec("built", model="shape7b", cached=False, device=device, dtype="bfloat16",
+        init_seconds=round(init_seconds, 2), save_seconds=round(save_seconds, 2),
+        parameters=_parameters(folder), files=len(files),
+        bytes=sum(f.stat().st_size for f in files), **shape.model)  # fmt: skip
+
+
+def step_shape7b_cpu_adam(args: argparse.Namespace, rec: Recorder) -> None:
+    """DeepSpeed's CPU Adam (the offload pairing's optimizer) built in the node's folder:
+    DeepSpeed compiles it with ninja and the C++ compiler the first time
+    (``spag.training.extensions``); where it is built already, the offload pairing loads
+    it (or builds it again if it must). The sh runs this beside the other steps."""
+    if args.cpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from torch.utils.cpp_extension import get_cxx_compiler
+
+    from spag.training.extensions import (
+        CPU_ADAM,
+        build_ops,
+        build_tools_problem,
+        use_node_extensions_dir,
+    )
+
+    root = use_node_extensions_dir()
+    cached = sorted((root / "cpu_adam").glob("*.so"))
+    if cached:
+        rec("cpu_adam", cached=True, seconds=None, library=str(cached[0]), cpus=os.cpu_count())
+        return
+    tools = {"problem": build_tools_problem(), "cxx": get_cxx_compiler()}
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        tools["ninja"] = subprocess.run(
+            ["ninja", "--version"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    start = time.perf_counter()
+    built = build_ops([CPU_ADAM], setting="shape7b")
+    rec("cpu_adam", cached=False, seconds=round(time.perf_counter() - start, 1),
+        library=built[CPU_ADAM], cpus=os.cpu_count(), **tools)  # fmt: skip
+
+
+def step_shape7b_generate(args: argparse.Namespace, rec: Recorder) -> None:
+    """Taboo self-play of the 7B shape (perf/bench_selfplay_decoding.py's worker, in this
+    process) with as many slots as the backend's sizing (``RowMemory``) fits, at most
+    ``games``: each generate call's slots recorded as chosen, then the shard's figures.
+    Decoding steps are captured as CUDA graphs as in a shard (the worker's stop hook and
+    step timer stay out of the way of a capture; its ``decode_s`` counts eager steps only)."""
+    sys.path.insert(0, str(REPO / "perf"))
+    from bench_selfplay_decoding import worker
+
+    from spag.generation.hf_backend import HFBackend
+
+    shape, device = args.sizes.shape7b, _device(args.cpu)
+    sizing: list[dict] = []
+    batch_rows, draw = HFBackend.batch_rows, HFBackend.draw
+
+    def sized(self, prompt_len, max_new_tokens, shared_len=0):
+        rows, pass_rows = batch_rows(self, prompt_len, max_new_tokens, shared_len)
+        memory = self._memory
+        fit, _ = memory.batch_rows(prompt_len, max_new_tokens, self.reuse_kv,
+                                   self.batch_memory_bytes, 10**9, shared_len=shared_len)  # fmt: skip
+        sizing.append(dict(
+            prompt_len=prompt_len, shared_len=shared_len, rows=rows, pass_rows=pass_rows,
+            fit_rows=fit, reuse_kv=self.reuse_kv, batch_memory_bytes=self.batch_memory_bytes,
+            estimate_bytes=rows * memory.slot_bytes(prompt_len - shared_len, max_new_tokens)
+            + pass_rows * memory.pass_bytes(prompt_len, self.reuse_kv),
+        ))  # fmt: skip
+        return rows, pass_rows
+
+    def timed(self, prompts, sampling, seeds, game_ids):
+        _sync(device)
+        start = time.perf_counter()
+        replies = draw(self, prompts, sampling, seeds, game_ids)
+        _sync(device)
+        seconds = time.perf_counter() - start
+        tokens = sum(r.num_tokens for r in replies)
+        rec("call", prompts=len(prompts), seconds=round(seconds, 3), new_tokens=tokens,
+            tokens_per_s=round(tokens / seconds, 1), sizing=sizing[-1] if sizing else None)  # fmt: skip
+        return replies
+
+    HFBackend.batch_rows, HFBackend.draw = sized, timed
+    base = _peak_reset(device)
+    run = worker(argparse.Namespace(
+        model=str(args.work / "shape7b"), device=device, games=shape.games,
+        batch_size=shape.games, max_new_tokens=shape.max_new_tokens, max_turns=shape.max_turns,
+        temperature=1.2, seed=1, threads=os.cpu_count() or 1, stop_lengths=_stop_lengths(),
+    ))  # fmt: skip
+    peak = _peak_since(device, base)
+    run.pop("histories")
+    parameters = _parameters(args.work / "shape7b")
+    computed = run["generated_tokens"] + run["prompt_tokens_computed"]
+    rec(
+        "selfplay",
+        batch_size=shape.games,
+        batch_chosen=max((s["rows"] for s in sizing), default=None),
+        fit_rows=max((s["fit_rows"] for s in sizing), default=None),
+        max_new_tokens=shape.max_new_tokens,
+        max_turns=shape.max_turns,
+        flop_share=float(f"{flop_share(parameters, computed, run['wall_s']):.4g}"),
+        peak_bytes=peak,
+        weights_bytes=2 * parameters,
+        estimate_bytes=max((s["estimate_bytes"] for s in sizing), default=None),
+        **run,
+    )
+
+
+def step_shape7b_score(args: argparse.Namespace, rec: Recorder) -> None:
+    """Reference scoring of samples up to max_length tokens, packed (padding_free), in
+    training's precision (``spag score-ref``'s ``score_file``), with its model load and
+    its forward passes timed apart; it writes the file the training sub-steps read."""
+    import spag.training.scoring as scoring
+
+    shape, device = args.sizes.shape7b, _device(args.cpu)
+    dtype = "float32" if args.cpu else "bfloat16"
+    samples = _samples(args.work / "samples_shape7b.parquet", shape.samples, shape.max_length, 0.8)
+    parts: dict = {}
+    load, score = scoring.load_model_and_tokenizer, scoring.score_features
+
+    def timed_load(*a, **k):
+        start = time.perf_counter()
+        out = load(*a, **k)
+        _sync(device)
+        parts["load_seconds"] = round(time.perf_counter() - start, 2)
+        return out
+
+    def timed_score(model, features, *a, **k):
+        lengths = [len(f["input_ids"]) for f in features]
+        _sync(device)
+        start = time.perf_counter()
+        out = score(model, features, *a, **k)
+        _sync(device)
+        parts.update(score_seconds=round(time.perf_counter() - start, 3), samples=len(lengths),
+                     tokens=sum(lengths), longest=max(lengths), shortest=min(lengths))  # fmt: skip
+        return out
+
+    scoring.load_model_and_tokenizer, scoring.score_features = timed_load, timed_score
+    base = _peak_reset(device)
+    start = time.perf_counter()
+    scoring.score_file(args.work / "shape7b", samples, args.work / "scored_shape7b.parquet",
+                       batch_size=shape.score_batch, max_length=shape.max_length, dtype=dtype,
+                       prompt_format="raw", device=device, padding_free=True)  # fmt: skip
+    seconds = time.perf_counter() - start
+    parameters = _parameters(args.work / "shape7b")
+    rec("score_file", dtype=dtype, packed=True, batch_size=shape.score_batch,
+        max_length=shape.max_length, seconds=round(seconds, 2), **parts,
+        tokens_per_s=round(parts["tokens"] / parts["score_seconds"]),
+        flop_share=float(f"{flop_share(parameters, parts['tokens'], parts['score_seconds']):.4g}"),
+        peak_bytes=_peak_since(device, base))  # fmt: skip
+
+
+def _shape7b_train(args: argparse.Namespace, rec: Recorder, name: str, flags: list[str]) -> None:
+    """One training pairing of the 7B shape at the paper's micro-batch, with activation
+    checkpointing, on the scores of ``shape7b_score``; skipped where ``spag
+    training-memory``'s estimate is above the card (or the states alone above the host's
+    memory, offloaded), recorded as ``plan`` first so that a killed run keeps it."""
+    shape = args.sizes.shape7b
+    scores = "float32" if args.cpu else "bfloat16"
+    steps = shape.offload_steps if name == "offload" else shape.train_steps
+    precision = [] if args.cpu else ["--bf16"]  # bf16 weights: DeepSpeed's or LoRA's
+    spag_args = _train_args(
+        args, f"shape7b_{name}", args.work / "shape7b", args.work / "scored_shape7b.parquet",
+        shape.max_length, shape.train_batch, shape.train_accum, steps,
+        [*precision, "--activation-checkpointing", *flags],
+    )  # fmt: skip
+    estimate = _memory_estimate(spag_args)
+    card = host = None
+    if not args.cpu:
+        import torch
+
+        card = torch.cuda.get_device_properties(0).total_memory
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                host = int(line.split()[1]) * 1024
+    need, need_host = estimate.total_gib * 2**30, estimate.host_gib * 2**30
+    plan = dict(name=name, flags=flags, estimate_bytes=round(need),
+                estimate_host_bytes=round(need_host), card_bytes=card,
+                host_available_bytes=host)  # fmt: skip
+    rec("plan", **plan)
+    # The host estimate holds DeepSpeed's 1.5x of buffers: the states alone are 1/1.5.
+    if (card and need > card) or (host and need_host / 1.5 > host):
+        rec("skipped", **plan, reason="the estimate is above the card's or the host's memory")
+        return
+    one = argparse.Namespace(**{**vars(args), "name": name, "scores": scores})
+    train_one(one, rec, spag_args, save=False, step_rows=True)
+
+
+def step_shape7b_lora(args: argparse.Namespace, rec: Recorder) -> None:
+    """LoRA on the bf16 base, no DeepSpeed (configs/paper-llama2-7b-lora.yaml)."""
+    _shape7b_train(args, rec, "lora", ["--peft", *args.sizes.shape7b.lora])
+
+
+def step_shape7b_full(args: argparse.Namespace, rec: Recorder) -> None:
+    """Full fine-tuning in bf16 under ZeRO-3 without offload on one GPU."""
+    _shape7b_train(args, rec, "full", ["--deepspeed", "zero3"])
+
+
+def step_shape7b_offload(args: argparse.Namespace, rec: Recorder) -> None:
+    """The paper's ZeRO-3 with optimizer and parameters offloaded to the CPU (CPU Adam)."""
+    _shape7b_train(args, rec, "offload", ["--deepspeed", "zero3_offload"])
+
+
 STEPS = {
     "env": step_env,
     "models": step_models,
@@ -764,6 +1145,13 @@ STEPS = {
     "invariance": step_invariance,
     "scoring": step_scoring,
     "training": step_training,
+    "shape7b_build": step_shape7b_build,
+    "shape7b_cpu_adam": step_shape7b_cpu_adam,
+    "shape7b_generate": step_shape7b_generate,
+    "shape7b_score": step_shape7b_score,
+    "shape7b_lora": step_shape7b_lora,
+    "shape7b_full": step_shape7b_full,
+    "shape7b_offload": step_shape7b_offload,
 }
 
 

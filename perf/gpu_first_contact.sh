@@ -5,8 +5,24 @@
 #   bash perf/gpu_first_contact.sh OUT          # on a node with one GPU
 #   bash perf/gpu_first_contact.sh OUT --cpu    # toy sizes on the CPU (the test's mode)
 #
+#   GFC_STEPS="shape7b" bash perf/gpu_first_contact.sh OUT   # LLaMA-2-7B's shape alone
+#
 # Wheels in .whl/ (perf/gpu_wheels.sh fetches them) are installed first into a folder
 # of their own, ahead of the node's packages. PYTHON picks the interpreter (python3).
+#
+# shape7b (only where GFC_STEPS names it; a sub-step shape7b_NAME also alone, given a
+# GFC_WORK that holds what the earlier ones made) measures LLaMA-2-7B's shape (random
+# weights, 6.74B parameters) at the paper's sizes: shape7b_build builds it on the GPU in
+# bf16 and saves it with the big model's tokenizer; shape7b_generate plays Taboo
+# self-play with as many slots as the hf backend's sizing fits (768 games); shape7b_score
+# scores 128 samples of up to 2,048 tokens, packed, in bf16; shape7b_lora, shape7b_full
+# and shape7b_offload train at 2 samples of up to 2,048 tokens a micro-batch with
+# activation checkpointing: LoRA r=32 on the bf16 base, full fine-tuning under ZeRO-3
+# (skipped where `spag training-memory` puts it above the card) and the paper's ZeRO-3
+# with CPU offload, whose CPU Adam shape7b_cpu_adam builds from the start, beside the
+# other steps. Each records its times, tokens/s, share of the card's bf16 rate and peak
+# memory against its estimate. With models its limits add up to 455 s: one device call
+# of 8 minutes (perf/results/gpu/README.md, "The 7B shape").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: gpu_first_contact.sh OUT [--cpu]}
@@ -35,12 +51,14 @@ if [[ " ${MODE[*]} " != *" --cpu "* ]] && command -v nvidia-smi >/dev/null; then
 fi
 
 # One step: its own process and limit; a failure or time-out is recorded, the rest go on.
-# GFC_STEPS names the steps to run (all by default; models always, the others need it).
+# GFC_STEPS names the steps to run (all by default; models always, the others need it);
+# a step GROUP_PART runs where it names GROUP or GROUP_PART.
 step() {
   local name=$1 limit=$2
   shift 2
   local t0 rc
-  [[ -n ${GFC_STEPS:-} && $name != models && " $GFC_STEPS " != *" $name "* ]] && return
+  [[ -n ${GFC_STEPS:-} && $name != models && " $GFC_STEPS " != *" $name "* &&
+    " $GFC_STEPS " != *" ${name%%_*} "* ]] && return
   t0=$(date +%s)
   echo "== $name (limit ${limit}s) $(date -u +%FT%TZ)" >>"$OUT/log.txt"
   timeout -k 10 "$limit" "$PY" perf/gpu_first_contact.py "$name" --out "$OUT" --work "$WORK" \
@@ -55,7 +73,13 @@ step() {
 # only when GFC_STEPS names it (with the steps its issue needs, under 480 s); with
 # GFC_BEFORE set to a checkout of an earlier commit (untracked files travel to the
 # device: `mkdir -p perf/.before && git archive COMMIT workflow_scripts | tar -x -C
-# perf/.before`), its code runs beside this one.
+# perf/.before`), its code runs beside this one. shape7b too runs only where named
+# (see the top).
+adam=
+if [[ " ${GFC_STEPS:-} " == *" shape7b"* ]]; then
+  step shape7b_cpu_adam 240 & # compiles on the CPU beside the steps on the GPU
+  adam=$!
+fi
 step env 30
 step models 50
 step generation 60
@@ -63,6 +87,15 @@ step generation 60
 step invariance 85
 step scoring 75
 step training 280 --step-limit 120
+if [[ -n $adam ]]; then
+  step shape7b_build 50
+  step shape7b_generate 75
+  step shape7b_score 40
+  step shape7b_lora 50
+  step shape7b_full 80
+  wait "$adam"
+  step shape7b_offload 110
+fi
 
 [[ -n $smi ]] && kill "$smi" 2>/dev/null
 echo "== total $(($(date +%s) - start))s" >>"$OUT/log.txt"

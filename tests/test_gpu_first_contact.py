@@ -10,20 +10,39 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("env", "models", "generation", "selfplay", "invariance", "scoring", "training")
+STEPS = ("env", "models", "generation", "selfplay", "invariance", "scoring", "training", "shape7b")
+# shape7b's sub-steps, in order (its CPU Adam build runs beside them).
+SHAPE7B = ("build", "generate", "score", "lora", "full", "offload")
+
+
+def test_flop_share_counts_the_passes(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "perf"))
+    with monkeypatch.context() as m:
+        m.setattr(os, "environ", os.environ.copy())  # the module sets HF_HUB_OFFLINE
+        from gpu_first_contact import flop_share
+
+    # 2N a token forward, 6N full training, 4N LoRA, 2N more with checkpointing.
+    assert flop_share(10, 3, 2, peak=1) == 2 * 10 * 3 / 2
+    assert flop_share(10, 3, 2, passes="full", peak=1) == 6 * 10 * 3 / 2
+    assert flop_share(10, 3, 2, passes="lora", checkpointing=True, peak=1) == 6 * 10 * 3 / 2
+    assert flop_share(10, 3, 2, passes="full", checkpointing=True, peak=1) == 8 * 10 * 3 / 2
 
 
 def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHON": sys.executable, "GFC_WORK": str(tmp_path / "work")}
-    env["GFC_STEPS"] = " ".join(STEPS)  # selfplay runs only where named
+    env["GFC_STEPS"] = " ".join(STEPS)  # selfplay and shape7b run only where named
     subprocess.run(
         ["bash", str(REPO / "perf/gpu_first_contact.sh"), str(out), "--cpu"],
         check=True, env=env, timeout=900,
     )  # fmt: skip
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     done = {r["step"]: r for r in rows if r["what"] == "done"}
-    assert list(done) == list(STEPS)
+    assert [s for s in done if s != "shape7b_cpu_adam"] == [
+        *STEPS[:-1],
+        *(f"shape7b_{s}" for s in SHAPE7B),
+    ]
+    assert "shape7b_cpu_adam" in done
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
 
     def measured(step: str, what: str) -> list[dict]:
@@ -49,3 +68,33 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
         first = pairings[name]["first_step"]
         assert abs(float(first["ratio_mean"]) - 1) < 1e-5 and abs(float(first["kl"])) < 1e-5
     assert all(len(p["step_seconds"]) == 2 for p in pairings.values())
+
+    # shape7b at toy sizes: a Llama built in bf16 and saved, CPU Adam ready for the
+    # offload pairing, self-play at the slots the sizing picks, packed scoring.
+    built = measured("shape7b_build", "built")[0]
+    assert built["save_seconds"] > 0 and built["parameters"] > 0 and built["bytes"] > 0
+    assert Path(measured("shape7b_cpu_adam", "cpu_adam")[0]["library"]).exists()
+    calls = measured("shape7b_generate", "call")
+    assert len(calls) == 2  # one turn: the attacker's message, the defender's
+    played = measured("shape7b_generate", "selfplay")[0]
+    assert played["batch_chosen"] == min(played["fit_rows"], played["batch_size"])
+    assert all(c["sizing"]["rows"] <= played["batch_size"] for c in calls)
+    assert played["tokens_per_s"] > 0 and 0 < played["token_share"] <= 1
+    assert 0 < played["flop_share"] < 1 and played["estimate_bytes"] > 0
+    scored = measured("shape7b_score", "score_file")[0]
+    assert scored["tokens"] > 0 and scored["longest"] <= scored["max_length"]
+    assert scored["tokens_per_s"] > 0 and 0 < scored["flop_share"] < 1
+    # Training at the micro-batch 2: LoRA, full under ZeRO-3, ZeRO-3 with CPU offload.
+    trained = {}
+    for name in SHAPE7B[3:]:
+        [row] = measured(f"shape7b_{name}", "pairing")
+        trained[name] = row
+        assert len(row["step_seconds"]) == 2 and all(t > 0 for t in row["step_seconds"])
+        assert len(measured(f"shape7b_{name}", "step")) == 2  # recorded as they ended
+        assert all(t > 0 for t in row["step_tokens"]) and row["tokens_per_s"] > 0
+        assert 0 < row["flop_share"] < 1 and row["estimate_bytes"] > 0
+        # Scored in training's precision (float32 here): the ratio is 1, the KL 0.
+        first = row["first_step"]
+        assert abs(float(first["ratio_mean"]) - 1) < 1e-5 and abs(float(first["kl"])) < 1e-5
+    assert trained["offload"]["estimate_host_bytes"] > 0
+    assert trained["lora"]["flops_counted"] == {"passes": "lora", "checkpointing": True}
