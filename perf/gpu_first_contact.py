@@ -739,6 +739,42 @@ class _StepClock:
             self.report(len(self.times), self.times[-1], self.tokens[-1])
 
 
+class _StepProfile:
+    """torch's profiler over one optimizer step (``step``, counted from 1), as a Trainer
+    callback: the top kernels by device time to ``OUT/profile_<name>.txt`` and the trace
+    to ``OUT/trace_<name>.json.gz`` (chrome://tracing, Perfetto)."""
+
+    def __init__(self, out: Path, name: str, step: int, cuda: bool) -> None:
+        self.out, self.name, self.step, self.cuda = out, name, step, cuda
+        self.seen, self.prof = 0, None
+
+    def on_step_begin(self, *a, **k):
+        self.seen += 1
+        if self.seen != self.step:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self.prof = profile(activities=activities)
+        self.prof.__enter__()
+
+    def on_step_end(self, *a, **k):
+        if self.prof is None:
+            return
+        import gzip
+
+        prof, self.prof = self.prof, None
+        prof.__exit__(None, None, None)
+        key = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+        table = prof.key_averages().table(sort_by=key, row_limit=30)
+        (self.out / f"profile_{self.name}.txt").write_text(table + "\n")
+        trace = self.out / f".trace_{self.name}.json"
+        prof.export_chrome_trace(str(trace))
+        with trace.open("rb") as src, gzip.open(self.out / f"trace_{self.name}.json.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        trace.unlink()
+
+
 def _host_peak_bytes() -> int:
     """This process's peak resident memory (Linux reports kilobytes)."""
     import resource
@@ -748,12 +784,13 @@ def _host_peak_bytes() -> int:
 
 def train_one(
     args: argparse.Namespace, rec: Recorder, spag_args: list[str], *, save: bool = True,
-    step_rows: bool = False,
+    step_rows: bool = False, profile_step: int | None = None,
 ) -> None:  # fmt: skip
     """``spag train`` in this process, with a step clock and the peak memory read after;
     without ``save`` the trained model is not written (a 7B model's write and LoRA's
     merge on the CPU would take much of a step's time), with ``step_rows`` each step's
-    time is recorded as it ends."""
+    time is recorded as it ends, with ``profile_step`` that step is profiled
+    (:class:`_StepProfile`; its time is then the profiler's too)."""
     import torch
     from transformers import TrainerCallback
 
@@ -773,9 +810,17 @@ def train_one(
     original = trainer_module.SpagTrainer.__init__
     accumulate = trainer_module.SpagTrainer._accumulate
 
+    profiler = None
+    if profile_step:
+        profiler = type("StepProfile", (_StepProfile, TrainerCallback), {})(
+            Path(args.out), args.name, profile_step, device == "cuda"
+        )
+
     def with_clock(self, *a, **k):
         original(self, *a, **k)
         self.add_callback(clock)
+        if profiler is not None:
+            self.add_callback(profiler)
 
     def counting(self, stats):
         clock.pending.append(stats["tokens"].detach())  # read once the step has ended
@@ -801,7 +846,9 @@ def train_one(
         first = next(csv.DictReader(fh, delimiter="\t"))
     estimate = _memory_estimate(spag_args)
     # Throughput over the steps after the first (its kernels' first calls, its allocations).
-    later = slice(1 if len(clock.times) > 1 else 0, None)
+    # A profiled step (the last) is left out: the profiler slows it.
+    end = -1 if profile_step and len(clock.times) >= profile_step > 1 else None
+    later = slice(1 if len(clock.times) > 1 else 0, end)
     times, tokens = sum(clock.times[later]), sum(clock.tokens[later])
     parameters = _parameters(Path(spag_args[spag_args.index("--model") + 1]))
     passes = "lora" if "--peft" in spag_args else "full"
@@ -1093,10 +1140,12 @@ def _shape7b_train(args: argparse.Namespace, rec: Recorder, name: str, flags: li
     shape = args.sizes.shape7b
     scores = "float32" if args.cpu else "bfloat16"
     steps = shape.offload_steps if name == "offload" else shape.train_steps
+    # LoRA's last step is profiled, one step more, left out of the throughput.
+    profile = steps + 1 if name == "lora" else None
     precision = [] if args.cpu else ["--bf16"]  # bf16 weights: DeepSpeed's or LoRA's
     spag_args = _train_args(
         args, f"shape7b_{name}", args.work / "shape7b", args.work / "scored_shape7b.parquet",
-        shape.max_length, shape.train_batch, shape.train_accum, steps,
+        shape.max_length, shape.train_batch, shape.train_accum, profile or steps,
         [*precision, "--activation-checkpointing", *flags],
     )  # fmt: skip
     estimate = _memory_estimate(spag_args)
@@ -1119,7 +1168,7 @@ def _shape7b_train(args: argparse.Namespace, rec: Recorder, name: str, flags: li
         rec("skipped", **plan, reason="the estimate is above the card's or the host's memory")
         return
     one = argparse.Namespace(**{**vars(args), "name": name, "scores": scores})
-    train_one(one, rec, spag_args, save=False, step_rows=True)
+    train_one(one, rec, spag_args, save=False, step_rows=True, profile_step=profile)
 
 
 def step_shape7b_lora(args: argparse.Namespace, rec: Recorder) -> None:

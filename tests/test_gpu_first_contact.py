@@ -89,8 +89,9 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     for name in SHAPE7B[3:]:
         [row] = measured(f"shape7b_{name}", "pairing")
         trained[name] = row
-        assert len(row["step_seconds"]) == 2 and all(t > 0 for t in row["step_seconds"])
-        assert len(measured(f"shape7b_{name}", "step")) == 2  # recorded as they ended
+        steps = 3 if name == "lora" else 2  # LoRA's third step profiled
+        assert len(row["step_seconds"]) == steps and all(t > 0 for t in row["step_seconds"])
+        assert len(measured(f"shape7b_{name}", "step")) == steps  # recorded as they ended
         assert all(t > 0 for t in row["step_tokens"]) and row["tokens_per_s"] > 0
         assert 0 < row["flop_share"] < 1 and row["estimate_bytes"] > 0
         # Scored in training's precision (float32 here): the ratio is 1, the KL 0.
@@ -98,3 +99,6 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
         assert abs(float(first["ratio_mean"]) - 1) < 1e-5 and abs(float(first["kl"])) < 1e-5
     assert trained["offload"]["estimate_host_bytes"] > 0
     assert trained["lora"]["flops_counted"] == {"passes": "lora", "checkpointing": True}
+    # The profiled step: its top operations by time and its trace.
+    assert "Self CPU" in (out / "profile_lora.txt").read_text()
+    assert (out / "trace_lora.json.gz").stat().st_size > 0

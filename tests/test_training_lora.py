@@ -135,6 +135,11 @@ def test_the_adapter_reaches_the_train_rule_and_only_where_set():
     assert config["spag"]["peft"]["lora_alpha"] == 32  # the rest at its defaults
     flags = step_flags(TrainConfig, **stage_arguments(config, "spag"))
     assert "--peft r=8 lora_alpha=32 lora_dropout=0.0 target_modules=q_proj,k_proj," in flags
+    # merged_dtype at its default (None) is no word: the step reads None, not "None".
+    assert "merged_dtype" not in flags
+    config = validate_config({"spag": {"peft": {"r": 8, "merged_dtype": "float32"}}})
+    flags = step_flags(TrainConfig, **stage_arguments(config, "spag"))
+    assert "--peft r=8 merged_dtype=float32 lora_alpha=32" in flags
     assert "--peft" not in step_flags(TrainConfig, **stage_arguments(config, "imitation"))
 
 

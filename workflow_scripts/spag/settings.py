@@ -381,7 +381,8 @@ def cli_flags(**options: Any) -> str:
     """Options rendered as a shell-quoted command line part (what a rule's shell gets).
 
     ``None``, ``False`` and ``[]`` leave the flag out; ``True`` is a bare flag; a list
-    is one flag followed by its values; a mapping one flag and its ``KEY=VALUE`` words.
+    is one flag followed by its values; a mapping one flag and its ``KEY=VALUE`` words
+    (its ``None`` items left out).
     """
     parts = []
     for key, value in options.items():
@@ -395,8 +396,9 @@ def cli_flags(**options: Any) -> str:
         elif isinstance(value, dict):
             # KEY=VALUE words, a list's items joined by commas: no braces, which a rule's
             # params would take for wildcards.
+            # A None item is left out: the step reads its field's default (None).
             words = [f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
-                     for k, v in value.items()]  # fmt: skip
+                     for k, v in value.items() if v is not None]  # fmt: skip
             parts.append(" ".join([flag, *map(shlex.quote, words)]))
         else:
             parts.append(f"{flag} {shlex.quote(str(value))}")
