@@ -770,7 +770,10 @@ class _StepProfile:
         (self.out / f"profile_{self.name}.txt").write_text(table + "\n")
         trace = self.out / f".trace_{self.name}.json"
         prof.export_chrome_trace(str(trace))
-        with trace.open("rb") as src, gzip.open(self.out / f"trace_{self.name}.json.gz", "wb") as dst:
+        with (
+            trace.open("rb") as src,
+            gzip.open(self.out / f"trace_{self.name}.json.gz", "wb") as dst,
+        ):
             shutil.copyfileobj(src, dst)
         trace.unlink()
 
