@@ -54,9 +54,12 @@ def test_only_one_chunk_of_logits_is_kept_for_the_backward_pass():
     targets = torch.randint(0, 4096, (512,))
     whole, _ = _saved_bytes(lambda: target_logprobs(head(hidden), targets))
     chunked, _ = _saved_bytes(lambda: chunked_target_logprobs(head, hidden, targets, 64))
+    one_chunk, _ = _saved_bytes(lambda: chunked_target_logprobs(head, hidden, targets, 512))
     logits_fp32 = 512 * 4096 * 4
     assert whole >= logits_fp32  # the float32 logits (and their logsumexp) kept
     assert chunked < logits_fp32 / 8  # the inputs only: the chunks are made again
+    # Within one chunk nothing is made again: its logits are kept, as whole ones.
+    assert one_chunk >= logits_fp32
 
 
 def test_an_empty_batch_of_targets_gives_no_log_probs():

@@ -8,8 +8,9 @@ final hidden states, and the output layer projects :data:`CHUNK_ROWS` of the lea
 positions at a time: each chunk's log-softmax is gathered at its targets and dropped, and
 made again in the backward pass (``torch.utils.checkpoint``). One chunk's logits live at a
 time, for one more output-layer product (``2 x rows x hidden x vocabulary`` FLOPs: about
-1% of a LLaMA-2-7B training step). The values are today's up to the rounding of a matrix
-product taken over fewer rows.
+1% of a LLaMA-2-7B training step, but a third of a tiny model's, whose output layer is
+most of it): a batch within one chunk keeps its logits and makes nothing again. The
+values are today's up to the rounding of a matrix product taken over fewer rows.
 
 SPAG's loss needs each token's log-prob with its gradient, not a reduced cross-entropy:
 fused kernels that return only the loss (liger-kernel's fused linear cross-entropy before
@@ -44,7 +45,8 @@ def chunked_target_logprobs(
     head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows: int = CHUNK_ROWS
 ) -> torch.Tensor:
     """Log-prob (float32) of ``targets[k]`` under ``head(hidden[k])``, ``rows`` positions at a
-    time; under autograd each chunk's logits are made again in the backward pass."""
+    time; under autograd, with more than one chunk, each chunk's logits are made again in
+    the backward pass (a single chunk is kept, as the whole logits were)."""
     import torch
 
     from spag.training.losses import target_logprobs
@@ -52,7 +54,9 @@ def chunked_target_logprobs(
     def part(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         return target_logprobs(head(h), t)
 
-    grad = torch.is_grad_enabled()
+    # One chunk's logits may be held to the backward (what the memory estimate counts):
+    # only a batch of several chunks pays for making them again.
+    grad = torch.is_grad_enabled() and hidden.shape[0] > rows
     pieces = []
     for start in range(0, hidden.shape[0], rows):
         h, t = hidden[start : start + rows], targets[start : start + rows]
