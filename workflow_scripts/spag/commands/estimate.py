@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import argparse
 
+from spag.commands import add_configfile
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--configfile",
-        nargs="+",
-        default=["config.yaml"],
-        help="the run's config files, in the order given to snakemake (default: config.yaml)",
-    )
+    add_configfile(p)
     p.add_argument(
         "--model",
         default=None,

@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from spag.commands import add_configfile
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--configfile",
-        nargs="+",
-        default=["config.yaml"],
-        help="the run's config files, in the order given to snakemake (default: config.yaml)",
-    )
+    add_configfile(p)
     p.add_argument("--directory", default=".", help="the workflow folder (default: here)")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from spag.commands import add_configfile
 from spag.commands.engine_capacity import add_gpu_sizes, gpu_sizes
 from spag.errors import SpagInputError
 from spag.ops.capacity import LORA_TARGETS, TRAIN_STAGES, read_model, stage_estimates
@@ -13,12 +14,7 @@ from spag.ops.capacity import LORA_TARGETS, TRAIN_STAGES, read_model, stage_esti
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a model folder, or a config.json")
-    p.add_argument(
-        "--configfile",
-        nargs="+",
-        default=["config.yaml"],
-        help="the run's config files, in the order given to snakemake (default: config.yaml)",
-    )
+    add_configfile(p)
     p.add_argument("--stage", choices=TRAIN_STAGES, nargs="+", default=list(TRAIN_STAGES))
     p.add_argument(
         "--lora-rank",
