@@ -513,6 +513,29 @@ def _refuse_unused_coefficients(config: dict[str, Any], given: dict[str, Any], s
             )
 
 
+def _check_move_objectives(config: dict[str, Any], source: str) -> None:
+    """An objective over the legal moves needs a game whose moves form a closed set, and
+    packed rows (the moves are read on branches of the packed sample)."""
+    from spag.game.base import load_game
+
+    game = load_game(config["game"]["name"])
+    for stage in STAGE_OBJECTIVE:
+        objective = config[stage]["objective"]
+        if not OBJECTIVES[objective].needs_moves:
+            continue
+        if game.move_set is None:
+            raise SpagInputError(
+                f"{source}: key '{stage}.objective' {objective} learns over the legal moves, "
+                f"but game.name '{game.name}' has no closed set of moves (its replies are "
+                "free text); choose offline_po"
+            )
+        if not config[stage]["padding_free"]:
+            raise SpagInputError(
+                f"{source}: key '{stage}.objective' {objective} reads the legal moves on "
+                f"packed rows: '{stage}.padding_free' must be true"
+            )
+
+
 def _check_cross_keys(config: dict[str, Any], source: str) -> None:
     """Settings that are valid alone but not together, found before any job."""
     words = config["words"]
@@ -561,6 +584,7 @@ def _check_cross_keys(config: dict[str, Any], source: str) -> None:
             f"{spag['objective']} with {given} learns nothing from instruction rows: the "
             "control arm's game samples weigh 0, so its SPAG step would train nothing"
         )
+    _check_move_objectives(config, source)
     from spag.training.distributed import resolve_deepspeed
 
     for stage in STAGE_OBJECTIVE:

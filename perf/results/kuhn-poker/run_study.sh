@@ -7,6 +7,8 @@
 #     peft-spag-lora.yaml: M0 fully fine-tuned, the SPAG epochs with the adapter)
 #   EPOCHS=6 perf/results/kuhn-poker/run_study.sh tiny   to M6 instead of the config's
 #     epochs (folders <config>-m6-<scheme>-s<seed>)
+#   METHOD=kl1 perf/results/kuhn-poker/run_study.sh tiny  the SPAG stage's overlay
+#     method-<METHOD>.yaml beside this script (folders <config>[-m<N>]-<METHOD>-<scheme>-s<seed>)
 # Each run is a fresh copy of the workflow under $STUDY_DIR (default /tmp/kuhn-study);
 # its tables are copied here, to <config>[-<PEFT>]-<scheme>-s<seed>/, with its wall time.
 set -euo pipefail
@@ -17,10 +19,11 @@ schemes=${SCHEMES:-winners zero_sum}
 seeds=${SEEDS:-42 7}
 peft=${PEFT:-}
 epochs=${EPOCHS:-}
+method=${METHOD:-}
 for config in "$@"; do
   for scheme in $schemes; do
     for seed in $seeds; do
-      name="$config${peft:+-$peft}${epochs:+-m$epochs}-$scheme-s$seed"
+      name="$config${peft:+-$peft}${epochs:+-m$epochs}${method:+-$method}-$scheme-s$seed"
       wd="$study/$name"
       rm -rf "$wd" && mkdir -p "$wd"
       (cd "$project" && git ls-files -co --exclude-standard -- Snakefile config.yaml configs rules \
@@ -29,6 +32,10 @@ for config in "$@"; do
       if [ -n "$peft" ]; then
         cp "$here/peft-$peft.yaml" "$wd/peft.yaml"
         files+=(peft.yaml)
+      fi
+      if [ -n "$method" ]; then
+        cp "$here/method-$method.yaml" "$wd/method.yaml"
+        files+=(method.yaml)
       fi
       start=$(date +%s)
       (cd "$wd" && snakemake -c2 all --configfile "${files[@]}" \
@@ -46,8 +53,8 @@ for config in "$@"; do
         cp "$wd/results/benchmarks/$stage/train.tsv" "$out/train/$stage.benchmark.tsv"
         cp "$wd/results/$stage/loss.tsv" "$out/train/$stage.loss.tsv"
       done
-      printf 'config\tpeft\tscheme\tseed\twall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-        "$config" "${peft:-none}" "$scheme" "$seed" "$((end - start))" "$(date -u +%FT%TZ)" \
+      printf 'config\tpeft\tmethod\tscheme\tseed\twall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$config" "${peft:-none}" "${method:-paper}" "$scheme" "$seed" "$((end - start))" "$(date -u +%FT%TZ)" \
         "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run.tsv"
       echo "$name: $((end - start)) s"
     done

@@ -43,9 +43,22 @@ SAMPLE_FIELDS = [
     pa.field("reward", pa.float64()),
     pa.field("weight", pa.float64()),
 ]
+# A game whose moves form a closed set (``Game.move_set``) fills these for its game rows:
+# the move the target names (null when it names none) and the moves legal there, in the
+# game's order; null elsewhere (instruction rows, other games). Not required on read.
+MOVE_FIELDS = [
+    pa.field("move", pa.string()),
+    pa.field("legal_moves", pa.list_(pa.string())),
+]
 REF_LOGPROB_FIELD = pa.field("ref_logprob", pa.float64())
+# Written by scoring where the samples have legal moves and the rows are packed: the
+# reference's log-prob of the row's move among the legal ones (null where none).
+REF_MOVE_LOGPROB_FIELD = pa.field("ref_move_logprob", pa.float64())
 
-SAMPLE_SCHEMA = pa.schema(SAMPLE_FIELDS)
+SAMPLE_SCHEMA = pa.schema([*SAMPLE_FIELDS, *MOVE_FIELDS])
+# Sample tables with moves name their game in the Parquet metadata: training and scoring
+# read the moves' forms (``Game.move_forms``) from it.
+META_GAME = b"spag.game"
 SCORED_SAMPLE_SCHEMA = pa.schema([*SAMPLE_FIELDS, REF_LOGPROB_FIELD])
 
 

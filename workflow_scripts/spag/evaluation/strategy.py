@@ -36,12 +36,6 @@ SUMMARY_COLUMNS = ("model", "exploitability", "ev_vs_random", "ev_vs_equilibrium
 EQUILIBRIUM_ALPHA = Fraction(1, 6)  # the first seat's equilibrium player (issue: alpha 1/6)
 
 
-def move_forms(move: str) -> tuple[str, ...]:
-    """The surface forms of a move a reply may start with (with or without a space:
-    a model may write one after the prompt's cue)."""
-    return move, move.capitalize(), f" {move}", f" {move.capitalize()}"
-
-
 def read_strategy(
     model_dir: str | os.PathLike,
     game: Any,
@@ -67,7 +61,7 @@ def read_strategy(
         history, role, secret = kuhn.infoset_prompt(infoset)
         prompt = game.play_prompt(prompts, history, role, secret, max_turns)
         for move in kuhn.legal_moves(infoset[2]):
-            for form in move_forms(move):
+            for form in game.move_forms(move):
                 queries.append(prompt)
                 targets.append(form)
                 where.append((infoset, move))

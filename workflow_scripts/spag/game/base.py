@@ -20,7 +20,11 @@ and judges what is said), kept to what a batched, turn-by-turn loop needs:
   config ``words``) or a closed set the game lists (``deals``: Kuhn Poker's six deals,
   each played ``selfplay.games_per_secret`` times per epoch);
 - optionally a scripted player (``scripted_reply``), legal but naive, whose games
-  can be M0's demonstrations (``data.imitation: scripted``).
+  can be M0's demonstrations (``data.imitation: scripted``);
+- optionally a closed set of moves (``move_set``: Kuhn Poker's check, bet, call, fold;
+  None for Taboo's free text): then ``legal_moves`` after a history, ``read_move`` of a
+  reply and ``move_forms`` (the texts a reply naming the move may start with) let the
+  samples carry their move and the objective ``legal_po`` learn over the legal moves.
 
 :class:`TwoPlayerGame` gives the common parts (prompts loaded from the game's file
 through :class:`PromptsFile`, winners and rule breakers by outcome, signed results),
@@ -64,6 +68,9 @@ class Game(Protocol):
     demonstrations: str  # data.imitation's default: a shipped file, or "scripted"
     # (history, secret, random.Random) -> a reply; None when the game has no scripted player.
     scripted_reply: Callable[[History, str, random.Random], str] | None
+    # Every move a reply can name, or None: replies are free text (no legal_moves,
+    # read_move, move_forms).
+    move_set: tuple[str, ...] | None
 
     def winner(self, outcome: str) -> str | None:
         """The role that won ``outcome`` by play; None for ties and rule breaks."""
@@ -79,6 +86,15 @@ class Game(Protocol):
 
     def end_reason(self, history: History, secret: str, max_turns: int) -> str | None:
         """Why the game is over after its last message, or None while it goes on."""
+
+    def legal_moves(self, history: History) -> tuple[str, ...]:
+        """With a ``move_set``: the moves legal for the next message after ``history``."""
+
+    def read_move(self, text: str) -> str | None:
+        """With a ``move_set``: the move a reply names, or None."""
+
+    def move_forms(self, move: str) -> tuple[str, ...]:
+        """With a ``move_set``: the texts a reply naming ``move`` may start with."""
 
     def load_prompts(self, path: str | None = None) -> Any:
         """The game's prompt texts (its shipped file without ``path``)."""
@@ -186,6 +202,7 @@ class TwoPlayerGame:
     deals: ClassVar[tuple[str, ...] | None] = None
     demonstrations: ClassVar[str]
     scripted_reply: ClassVar[Callable[..., str] | None] = None
+    move_set: ClassVar[tuple[str, ...] | None] = None
     won: ClassVar[Mapping[str, tuple[str, float]]]
     broken: ClassVar[Mapping[str, str]]
     rule_break_cost: ClassVar[float] = 1.0

@@ -207,6 +207,12 @@ def read_move(text: str) -> str | None:
     return found.group(1).lower() if found else None
 
 
+def move_forms(move: str) -> tuple[str, ...]:
+    """The texts a reply naming ``move`` may start with: the word lower-case or
+    capitalised, with or without a space (a model may write one after the prompt's cue)."""
+    return move, move.capitalize(), f" {move}", f" {move.capitalize()}"
+
+
 def play_hand(history: History) -> tuple[tuple[str, ...], str | None]:
     """The legal moves of the messages in order, and the seat that broke the rules (its
     message ends the hand), or None."""
@@ -308,6 +314,7 @@ class KuhnPoker(TwoPlayerGame):
     demonstrations = "scripted"  # random legal hands (data.scripted)
     deals = tuple(deal_name(d) for d in DEALS)
     infosets = INFOSETS  # where a model's strategy is read out exactly (spag.evaluation.strategy)
+    move_set = (CHECK, BET, CALL, FOLD)
     # The chips each seat won; a rule break costs its author the ante (1 chip).
     won = {outcome: (seat, float(chips)) for (seat, chips), outcome in WINS.items()}
     broken = {FIRST_BROKE_RULES: FIRST, SECOND_BROKE_RULES: SECOND}
@@ -318,6 +325,17 @@ class KuhnPoker(TwoPlayerGame):
 
     def judge(self, history: History, secret: str, max_turns: int) -> tuple[str, int]:
         return judge_hand(history, secret, max_turns)
+
+    def legal_moves(self, history: History) -> tuple[str, ...]:
+        return legal_moves(play_hand(history)[0])
+
+    @staticmethod
+    def read_move(text: str) -> str | None:
+        return read_move(text)
+
+    @staticmethod
+    def move_forms(move: str) -> tuple[str, ...]:
+        return move_forms(move)
 
     def end_reason(self, history: History, secret: str, max_turns: int) -> str | None:
         moves, breaker = play_hand(history)

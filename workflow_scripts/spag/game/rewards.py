@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spag.data.tables import SAMPLE_SCHEMA
+from spag.data.tables import META_GAME, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game.base import Game
 from spag.game.episodes import Episode, check_columns, iter_episodes
@@ -248,10 +248,13 @@ class _Samples:
     def add_sft(self, queries: list[str], targets: list[str]) -> None:
         for q, t in zip(queries, targets, strict=True):
             self.add(type="sft", role=None, episode_id=None, turn=None, query=q, target=t,
-                     reward=1.0, weight=1.0)  # fmt: skip
+                     reward=1.0, weight=1.0, move=None, legal_moves=None)  # fmt: skip
 
-    def table(self) -> pa.Table:
-        return pa.table(self.columns, schema=SAMPLE_SCHEMA)
+    def table(self, game: Game) -> pa.Table:
+        table = pa.table(self.columns, schema=SAMPLE_SCHEMA)
+        if game.move_set is not None:
+            table = table.replace_schema_metadata({META_GAME: game.name.encode()})
+        return table
 
 
 def _game_rows(
@@ -280,15 +283,19 @@ def _game_rows(
             query = game.training_prompt(
                 prompts, episode.history[:k], role, episode.secret, episode.max_turns, rand()
             )
+            target = episode.history[k]["content"].strip()
+            closed = game.move_set is not None
             samples.add(
                 type="game",
                 role=role,
                 episode_id=episode.episode_id,
                 turn=k,
                 query=query,
-                target=episode.history[k]["content"].strip(),
+                target=target,
                 reward=reward,
                 weight=weight(role),
+                move=game.read_move(target) if closed else None,
+                legal_moves=list(game.legal_moves(episode.history[:k])) if closed else None,
             )
     return sampled, outcomes
 
@@ -353,7 +360,7 @@ def assign_rewards(
     samples.columns["weight"] = [weights[r] for r in samples.columns["role"]]
     if sft_cols is not None:
         samples.add_sft(*sft_cols)
-    return samples.table()
+    return samples.table(game)
 
 
 def _imitate(
@@ -407,4 +414,4 @@ def imitation_samples(
             )
     if instructions is not None:
         samples.add_sft(*validate_sft(instructions, instructions_source))
-    return samples.table()
+    return samples.table(game)

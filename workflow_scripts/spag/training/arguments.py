@@ -32,6 +32,7 @@ class SpagTrainingArguments(TrainingArguments):
     kl_coeff: float = declared_as(StageSettings, "kl_coeff")
     sft_coeff: float = declared_as(StageSettings, "sft_coeff")
     clip_eps: float = declared_as(StageSettings, "clip_eps")
+    legal_mass_coeff: float = declared_as(StageSettings, "legal_mass_coeff")
     group_by_length: bool = declared_as(StageSettings, "group_by_length")
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
     remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")

@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 from spag.data.tables import atomic_path, file_sizes, sha256_file, size_problem
@@ -150,6 +150,20 @@ def complete_checkpoints(checkpoint_dir: str | os.PathLike) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def same_run(old: dict | None, fingerprint: dict) -> bool:
+    """Whether checkpoints recorded under ``old`` belong to the run ``fingerprint``: the same
+    record, up to settings added to the package since, at their defaults (an upgrade that
+    adds a setting does not orphan a killed run's checkpoints)."""
+    if old is None:
+        return False
+    defaults = {f.name: f.default for f in fields(TrainConfig) if f.default is not MISSING}
+    added = {
+        k for k in fingerprint.keys() - old.keys()
+        if k in defaults and fingerprint[k] == json.loads(json.dumps(defaults[k]))
+    }  # fmt: skip
+    return old == {k: v for k, v in fingerprint.items() if k not in added}
+
+
 def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -> Path | None:
     """Return the checkpoint to resume from, discarding checkpoints of a different run."""
 
@@ -163,7 +177,7 @@ def prepare_checkpoint_dir(cfg: TrainConfig, fingerprint: dict, is_main: bool) -
             # Cut short by a kill: its checkpoints cannot be told to be this run's.
             log.warning("%s: unreadable, its checkpoints are not trusted", run_file)
             old = {"unreadable": str(run_file)}
-        if old != fingerprint:
+        if not same_run(old, fingerprint):
             stale = sorted(root.glob("checkpoint-*")) + sorted(
                 root.glob(f"{DAMAGED_PREFIX}checkpoint-*")
             )

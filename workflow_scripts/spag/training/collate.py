@@ -159,6 +159,62 @@ def check_sample_table(table: pa.Table, path: str | os.PathLike, need_ref: bool)
     return table
 
 
+def move_branches(
+    table: pa.Table, tokenizer, path: str | os.PathLike, prompt_format: str
+) -> list[dict | None]:
+    """Per row, what reading its move needs, or None (instruction rows, rows without legal
+    moves): ``forms`` (token ids of each legal move's forms, the reply's start: no end
+    token), ``form_move`` (the legal move of each form, by index), ``n_moves`` and
+    ``move`` (the index of the row's move among the legal ones, -1 when it names none or
+    an illegal one). The forms are the game's (``Game.move_forms``), the game named in the
+    table's metadata; tokenised as a target is, after the query."""
+    from spag.data.tables import META_GAME
+    from spag.game.base import load_game
+
+    missing = [c for c in ("move", "legal_moves") if c not in table.column_names]
+    name = (table.schema.metadata or {}).get(META_GAME)
+    if missing or name is None:
+        raise SpagInputError(
+            f"{path}: the samples carry no legal moves (column "
+            f"{missing[0] if missing else 'metadata spag.game'} missing): they come from a game "
+            "without a closed move set, or from an older assign-rewards; make them again"
+        )
+    game = load_game(name.decode())
+    renderer = PromptRenderer(tokenizer, prompt_format)
+    tokens: dict[str, list[int]] = {}
+
+    def form_ids(form: str) -> list[int]:
+        if form not in tokens:
+            (pair,) = renderer.encode_pairs(["."], [form])
+            tokens[form] = list(pair[1][:-1])  # the reply's start: no end token
+        return tokens[form]
+
+    out: list[dict | None] = []
+    for kind, move, legal in zip(
+        table.column("type").to_pylist(),
+        table.column("move").to_pylist(),
+        table.column("legal_moves").to_pylist(),
+        strict=True,
+    ):
+        if kind != "game" or not legal:
+            out.append(None)
+            continue
+        forms, form_move = [], []
+        for i, m in enumerate(legal):
+            for form in game.move_forms(m):
+                forms.append(form_ids(form))
+                form_move.append(i)
+        out.append(
+            {
+                "forms": forms,
+                "form_move": form_move,
+                "n_moves": len(legal),
+                "move": legal.index(move) if move in legal else -1,
+            }
+        )
+    return out
+
+
 def build_features(
     table: pa.Table,
     tokenizer,
@@ -166,11 +222,14 @@ def build_features(
     path: str | os.PathLike,
     with_ref: bool,
     prompt_format: str = GameSettings.prompt_format,
+    moves: bool = False,
 ) -> tuple[list[dict], SkipReport]:
     """Encode a checked sample table into per-sample feature dicts (skips counted and logged).
 
     Each dict holds ``input_ids``, ``target_start``, ``reward``, ``weight``, ``is_sft``,
-    ``episode``, ``row`` and, with ``with_ref``, ``ref_logprob``.
+    ``episode``, ``row`` and, with ``with_ref``, ``ref_logprob``. With ``moves`` a game row
+    with legal moves also holds :func:`move_branches`' fields (and, with ``with_ref``,
+    ``ref_move_logprob`` where its move is legal).
     """
     queries = table.column("query").to_pylist()
     targets = table.column("target").to_pylist()
@@ -184,6 +243,15 @@ def build_features(
     episodes: dict[str, int] = {}
     encoded, report = encode_pairs(tokenizer, queries, targets, max_length, prompt_format)
     report.log(str(path))
+    branches = move_branches(table, tokenizer, path, prompt_format) if moves else None
+    ref_moves = None
+    if moves and with_ref:
+        if "ref_move_logprob" not in table.column_names:
+            raise SpagInputError(
+                f"{path}: no column 'ref_move_logprob': score the samples again with "
+                "`spag score-ref` on packed rows (padding_free)"
+            )
+        ref_moves = table.column("ref_move_logprob").to_pylist()
     features = []
     for row, enc in enumerate(encoded):
         if enc is None:
@@ -208,6 +276,16 @@ def build_features(
                     "a sample that fits in max_length (score it again with the same max_length)"
                 )
             feat["ref_logprob"] = float(ref)
+        if branches is not None and branches[row] is not None:
+            feat.update(branches[row])
+            if ref_moves is not None and feat["move"] >= 0:
+                ref_move = ref_moves[row]
+                if ref_move is None or not math.isfinite(ref_move):
+                    raise SpagInputError(
+                        f"{path}: column 'ref_move_logprob' is missing or not finite in row "
+                        f"{row}, whose move is legal (score the samples again)"
+                    )
+                feat["ref_move_logprob"] = float(ref_move)
         features.append(feat)
     if not features:
         raise SpagInputError(
@@ -275,6 +353,11 @@ def sample_columns(features: list[dict]) -> dict[str, torch.Tensor]:
     if all("ref_logprob" in f for f in features):
         columns["ref_logprob"] = torch.tensor(
             [f["ref_logprob"] for f in features], dtype=torch.float32
+        )
+    if any("ref_move_logprob" in f for f in features):
+        # 0 where a row has no legal move (the loss reads it only where it has).
+        columns["ref_move_logprob"] = torch.tensor(
+            [f.get("ref_move_logprob", 0.0) for f in features], dtype=torch.float32
         )
     return columns
 

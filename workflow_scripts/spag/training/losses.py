@@ -28,6 +28,18 @@ def sample_means(token_lp: torch.Tensor, sample: torch.Tensor, n: int) -> torch.
     return sums / counts
 
 
+def segment_logsumexp(values: torch.Tensor, segment: torch.Tensor, n: int) -> torch.Tensor:
+    """``log(sum(exp(values)))`` within each of ``n`` segments (``segment`` ``(K,)`` the
+    segment of each value), ``(n,)``; an empty segment gets ``-inf``. Stable: each
+    segment's largest value is taken out before the exponentials."""
+    top = torch.full((n,), float("-inf"), dtype=values.dtype, device=values.device)
+    top = top.scatter_reduce(0, segment, values.detach(), reduce="amax")
+    shift = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    sums = torch.zeros(n, dtype=values.dtype, device=values.device)
+    sums = sums.index_add(0, segment, (values - shift[segment]).exp())
+    return sums.log() + shift
+
+
 def sample_logprobs(
     logits: torch.Tensor, targets: torch.Tensor, sample: torch.Tensor, n: int
 ) -> torch.Tensor:
@@ -122,3 +134,57 @@ def offline_po_loss(
     # Game samples whose ratio left the trust region (SFT rows are never clipped).
     stats["clipped"] = ((ratio.detach() - 1.0).abs() > clip_eps).sum().to(torch.float32)
     return loss, stats
+
+
+def legal_po_loss(
+    lp: torch.Tensor,
+    ref: torch.Tensor,
+    move_lp: torch.Tensor,
+    ref_move_lp: torch.Tensor,
+    legal_logmass: torch.Tensor,
+    has_move: torch.Tensor,
+    has_legal: torch.Tensor,
+    reward: torch.Tensor,
+    weight: torch.Tensor,
+    is_sft: torch.Tensor,
+    coeffs: dict[str, float],
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """SPAG's loss with the policy over the legal moves (docs/design.md section 4).
+
+    A game row naming a legal move takes the offline-PO term on ``x = move_lp``, its move's
+    log-prob renormalised over the moves legal there (``ref_move_lp`` the reference's); a
+    game row naming none (a rule break) keeps the sequence's ``lp`` and ``ref``. Each game
+    row with legal moves adds ``legal_mass_coeff * -legal_logmass * w``, the log of the
+    legal moves' mass at its decision; the game terms are over ``n_game``, the SFT term
+    as in :func:`offline_po_loss`. ``coeffs``: kl_coeff, sft_coeff, clip_eps,
+    legal_mass_coeff.
+    """
+    is_sft = is_sft.bool()
+    is_game = ~is_sft
+    has_move = has_move.bool() & is_game
+    x = torch.where(has_move, move_lp, lp)
+    x_ref = torch.where(has_move, ref_move_lp, ref)
+    live = is_game & (weight > 0)  # weight 0: a control arm (see offline_po_loss)
+    log_ratio = x[live] - x_ref[live]
+    ratio = log_ratio.exp()
+    adv = reward[live] - coeffs["kl_coeff"] * log_ratio
+    eps = coeffs["clip_eps"]
+    ppo = -torch.minimum(adv * ratio, adv * ratio.clamp(1.0 - eps, 1.0 + eps))
+    n_sft = is_sft.sum()
+    n_game = is_game.sum()
+    zero = lp.sum() * 0.0
+    sft_term = (
+        coeffs["sft_coeff"] * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
+    )
+    mass = live & has_legal.bool()
+    game_term = zero
+    if int(n_game) > 0:
+        game_term = (ppo * weight[live]).sum() / n_game
+        game_term = game_term + coeffs["legal_mass_coeff"] * (
+            (-legal_logmass * weight)[mass].sum() / n_game
+        )
+    stats = _stats(x, x_ref)
+    stats["n_sft"] = n_sft.to(torch.float32)
+    stats["n_game"] = n_game.to(torch.float32)
+    stats["clipped"] = ((ratio.detach() - 1.0).abs() > eps).sum().to(torch.float32)
+    return sft_term + game_term, stats

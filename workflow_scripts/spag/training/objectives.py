@@ -12,13 +12,15 @@ Trainer's arguments carry it under that name, and ``loss`` reads it from them
 (``args.kl_coeff``), as TRL's losses read ``self.args``.
 
 To add one: write its class here (``coefficients``, ``paper``, ``loss``,
-``learns_from_instructions``) and register it in :data:`OBJECTIVES`; the config accepts
+``learns_from_instructions``, ``mixes_types``, ``needs_moves``) and register it in :data:`OBJECTIVES`; the config accepts
 its name from then on (the schema's ``objective`` key lists the registry), and refuses
 a coefficient it does not read. ``loss`` gets the batch's per-sample columns
 (:func:`spag.training.collate.sample_columns`): ``reward``, ``weight``, ``is_sft``,
 ``episode`` (the game a sample came from, -1 for an instruction row: what a group-wise
 advantage needs; a game's samples may fall into several micro-batches) and
-``ref_logprob``. A new coefficient is also a field of ``StageSettings`` (its one
+``ref_logprob``; with ``needs_moves``, also ``move_logprob``, ``ref_move_logprob``,
+``legal_logmass``, ``has_move`` and ``has_legal``
+(:class:`spag.training.packing.MoveLogprobs`). A new coefficient is also a field of ``StageSettings`` (its one
 declaration) and a ``declared_as`` line of ``SpagTrainingArguments``, which the loss reads.
 """
 
@@ -40,6 +42,7 @@ class SftKl:
     paper = {"learning_rate": 5e-6, "kl_coeff": 0.1}
     # Every row alike: batches need not keep the SFT/game mix.
     mixes_types = False
+    needs_moves = False
 
     def learns_from_instructions(self, args: Any) -> bool:
         """Whether instruction rows move the model (a control arm trains on them alone)."""
@@ -69,6 +72,7 @@ class OfflinePO:
     paper = {"learning_rate": 2e-6, "kl_coeff": 0.2}
     # Each term is divided by its own count in the micro-batch: batches keep the mix.
     mixes_types = True
+    needs_moves = False
 
     def learns_from_instructions(self, args: Any) -> bool:
         return args.sft_coeff > 0
@@ -90,7 +94,47 @@ class OfflinePO:
         )
 
 
-OBJECTIVES: dict[str, Any] = {"sft_kl": SftKl(), "offline_po": OfflinePO()}
+class LegalPO:
+    """SPAG's objective with the policy over the legal moves, for games whose moves form a
+    closed set (``Game.move_set``): a game row's clipped term on its move's log-prob
+    renormalised over the moves legal there, so a negative advantage moves probability
+    between legal moves and not out of them; ``legal_mass_coeff`` x the log of the legal
+    moves' mass keeps the replies on them (docs/design.md section 4)."""
+
+    coefficients = ("kl_coeff", "sft_coeff", "clip_eps", "legal_mass_coeff")
+    paper = {"learning_rate": 2e-6, "kl_coeff": 0.2}  # offline_po's
+    mixes_types = True
+    # Its batches carry each game row's legal moves (packed rows with their branches).
+    needs_moves = True
+
+    def learns_from_instructions(self, args: Any) -> bool:
+        return args.sft_coeff > 0
+
+    def loss(
+        self, args: Any, lp: torch.Tensor, ref: torch.Tensor, batch: dict[str, Any]
+    ) -> tuple[torch.Tensor, Stats]:
+        from spag.training.losses import legal_po_loss
+
+        return legal_po_loss(
+            lp,
+            ref,
+            batch["move_logprob"],
+            batch["ref_move_logprob"].float(),
+            batch["legal_logmass"],
+            batch["has_move"],
+            batch["has_legal"],
+            batch["reward"].float(),
+            batch["weight"].float(),
+            batch["is_sft"],
+            {k: getattr(args, k) for k in self.coefficients},
+        )
+
+
+OBJECTIVES: dict[str, Any] = {
+    "sft_kl": SftKl(),
+    "offline_po": OfflinePO(),
+    "legal_po": LegalPO(),
+}
 # The paper's objective of each stage (config ``<stage>.objective`` by default).
 STAGE_OBJECTIVE = {"imitation": "sft_kl", "spag": "offline_po"}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from spag.training.collate import sample_columns
-from spag.training.losses import IGNORE_INDEX, sample_logprobs, sample_means
+from spag.training.losses import IGNORE_INDEX, sample_means, target_logprobs
 
 PACKED_ATTENTION = "spag_packed_sdpa"
 
@@ -61,17 +61,20 @@ def packed_sdpa_attention(
         gqa = False
     dropout = dropout if module.training else 0.0
     cuts = kwargs.get("spag_cuts") or bounds.tolist()
+    # A sample with its moves' branches (tree_mask) attends by its own mask.
+    masks = kwargs.get("spag_masks") or (None,) * (len(cuts) - 1)
     parts = [
         torch.nn.functional.scaled_dot_product_attention(
             query[:, :, a:b],
             key[:, :, a:b],
             value[:, :, a:b],
+            attn_mask=mask,
             dropout_p=dropout,
-            is_causal=True,
+            is_causal=mask is None,
             scale=scaling,
             enable_gqa=gqa,
         )
-        for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        for a, b, mask in zip(cuts[:-1], cuts[1:], masks, strict=True)
     ]
     out = torch.cat(parts, dim=2) if len(parts) > 1 else parts[0]
     return out.transpose(1, 2).contiguous(), None
@@ -136,22 +139,48 @@ def use_packed_attention(model) -> None:
         )
 
 
+def tree_mask(tree: tuple[int, int, tuple[int, ...]], device=None) -> torch.Tensor:
+    """The attention mask (True: attends) of a sample followed by its moves' branches:
+    ``tree`` = (query tokens, sample tokens, each branch's tokens). The sample is causal;
+    each branch sees the query and itself (causally), never the sample's target or
+    another branch, so its tokens get exactly the log-probs they have after the query."""
+    trunk, n, branches = tree
+    total = n + sum(branches)
+    mask = torch.ones((total, total), dtype=torch.bool, device=device).tril()
+    start = n
+    for length in branches:
+        mask[start : start + length, trunk:start] = False
+        start += length
+    return mask
+
+
 @dataclass
 class PackedCollator:
     """Concatenate features into one row (``input_ids``, ``position_ids``, ``labels`` of
     shape ``(1, tokens)``) with the sample boundaries ``cu_seq_lens_q``/``_k``; labels mask
     query and BOS as in :class:`spag.training.collate.SampleCollator`. Per-sample columns
-    (reward, weight, is_sft, ref_logprob) are as in a padded batch."""
+    (reward, weight, is_sft, ref_logprob) are as in a padded batch.
+
+    A feature with ``forms`` (:func:`spag.training.collate.move_branches`) is followed in
+    its segment by one branch per form, placed after its query (positions, and a
+    :func:`tree_mask`), whose tokens' log-probs give each legal move's probability:
+    ``move_positions``/``move_tokens`` (where each branch token is predicted, and the
+    token), ``move_form`` (its form), ``form_slot`` (each form's (sample, move) slot),
+    ``slot_sample``, ``chosen_slot`` (per sample, its move's slot or -1) and ``spag_trees``.
+    """
 
     def __call__(self, features: list[dict]) -> dict[str, torch.Tensor | int]:
-        lengths = [len(f["input_ids"]) for f in features]
+        lengths = [len(f["input_ids"]) + sum(map(len, f.get("forms", ()))) for f in features]
         total = sum(lengths)
         input_ids = torch.empty((1, total), dtype=torch.long)
         position_ids = torch.empty((1, total), dtype=torch.long)
         labels = torch.full((1, total), IGNORE_INDEX, dtype=torch.long)
         start = 0
-        for f, n in zip(features, lengths, strict=True):
+        moves: dict[str, list[int]] = {k: [] for k in _MOVE_KEYS}
+        trees: list[tuple[int, int, tuple[int, ...]] | None] = []
+        for i, (f, length) in enumerate(zip(features, lengths, strict=True)):
             ids = torch.tensor(f["input_ids"], dtype=torch.long)
+            n = len(ids)
             input_ids[0, start : start + n] = ids
             position_ids[0, start : start + n] = torch.arange(n)
             # Position 0 predicts nothing (as in a padded batch, where the shift drops
@@ -159,7 +188,8 @@ class PackedCollator:
             # there (no BOS, empty query), so no position predicts across samples.
             ts = max(int(f["target_start"]), 1)
             labels[0, start + ts : start + n] = ids[ts:]
-            start += n
+            trees.append(_add_branches(f, i, start, n, input_ids, position_ids, moves))
+            start += length
         bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
         batch: dict[str, torch.Tensor | int] = {
             "input_ids": input_ids,
@@ -171,7 +201,82 @@ class PackedCollator:
             "max_length_k": max(lengths),
             **sample_columns(features),
         }
+        if any(t is not None for t in trees):
+            for key, values in moves.items():
+                batch[key] = torch.tensor(values, dtype=torch.long)
+            batch["spag_trees"] = tuple(trees)
         return batch
+
+
+_MOVE_KEYS = ("move_positions", "move_tokens", "move_form", "form_slot", "slot_sample",
+              "chosen_slot")  # fmt: skip
+
+
+def _add_branches(
+    f: dict,
+    sample: int,
+    start: int,
+    n: int,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    moves: dict[str, list[int]],
+) -> tuple[int, int, tuple[int, ...]] | None:
+    """Write feature ``f``'s branches after its ``n`` tokens (the segment at ``start``)
+    and record where their tokens are predicted; returns its tree, or None."""
+    forms = f.get("forms")
+    if not forms:
+        moves["chosen_slot"].append(-1)
+        return None
+    trunk = int(f["target_start"])
+    first_slot = len(moves["slot_sample"])
+    moves["slot_sample"].extend([sample] * f["n_moves"])
+    moves["chosen_slot"].append(first_slot + f["move"] if f["move"] >= 0 else -1)
+    at = start + n
+    for form, move in zip(forms, f["form_move"], strict=True):
+        form_index = len(moves["form_slot"])
+        moves["form_slot"].append(first_slot + move)
+        for j, token in enumerate(form):
+            input_ids[0, at + j] = token
+            position_ids[0, at + j] = trunk + j
+            # The first token is predicted by the query's last, the others by the branch.
+            moves["move_positions"].append(start + trunk - 1 if j == 0 else at + j - 1)
+            moves["move_tokens"].append(token)
+            moves["move_form"].append(form_index)
+        at += len(form)
+    return trunk, n, tuple(len(form) for form in forms)
+
+
+@dataclass
+class MoveLogprobs:
+    """Per sample of a packed batch: ``move`` the log-prob of its move among the legal ones
+    (0 where ``has_move`` is False: no legal move named, or no moves), ``legal`` the log of
+    the legal moves' mass at its decision (0 where ``has_legal`` is False)."""
+
+    move: torch.Tensor
+    legal: torch.Tensor
+    has_move: torch.Tensor
+    has_legal: torch.Tensor
+
+
+def move_logprobs(token_lp: torch.Tensor, batch: dict, n: int) -> MoveLogprobs:
+    """The moves' log-probs from their branch tokens' log-probs ``token_lp``: a form's is
+    the sum over its tokens, a move's the log of the sum of its forms' probabilities, the
+    legal mass the sum over the legal moves."""
+    from spag.training.losses import segment_logsumexp
+
+    form_slot, slot_sample = batch["form_slot"], batch["slot_sample"]
+    forms = torch.zeros(form_slot.numel(), dtype=torch.float32, device=token_lp.device)
+    forms = forms.index_add(0, batch["move_form"], token_lp.float())
+    slots = segment_logsumexp(forms, form_slot, slot_sample.numel())
+    legal_all = segment_logsumexp(slots, slot_sample, n)
+    has_legal = torch.zeros(n, dtype=torch.bool, device=token_lp.device)
+    has_legal[slot_sample] = True
+    legal = torch.where(has_legal, legal_all, torch.zeros_like(legal_all))
+    chosen = batch["chosen_slot"]
+    has_move = chosen >= 0
+    picked = slots[chosen.clamp(min=0)] - legal_all
+    move = torch.where(has_move, picked, torch.zeros_like(picked))
+    return MoveLogprobs(move=move, legal=legal, has_move=has_move, has_legal=has_legal)
 
 
 def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
@@ -182,6 +287,12 @@ def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
     ``logits_to_keep`` as indices). A sample's first label is always ``IGNORE_INDEX``
     (its query comes first), so no position predicts across a sample boundary.
     """
+    return packed_logprobs(model, batch)[0]
+
+
+def packed_logprobs(model, batch: dict) -> tuple[torch.Tensor, MoveLogprobs | None]:
+    """:func:`packed_sequence_logprobs` and, where the batch has moves' branches
+    (:class:`PackedCollator`), their :func:`move_logprobs`, from the same forward pass."""
     from spag.training.head import takes_chunked_head
 
     labels = batch["labels"]
@@ -202,10 +313,22 @@ def packed_sequence_logprobs(model, batch: dict) -> torch.Tensor:
         # The boundaries as host integers: read once, not once per layer from the device.
         spag_cuts=tuple(batch["cu_seq_lens_q"].tolist()),
     )
+    trees = batch.get("spag_trees")
+    learned = keep.numel()
+    if trees is not None:
+        device = batch["input_ids"].device
+        inputs["spag_masks"] = tuple(None if t is None else tree_mask(t, device) for t in trees)
+        keep = torch.cat([keep, batch["move_positions"]])
+        targets = torch.cat([targets, batch["move_tokens"]])
     if takes_chunked_head(model):
-        return sample_means(model(**inputs, spag_targets=(keep, targets)), sample, n)
-    out = model(**inputs, logits_to_keep=keep)
-    logits = out.logits.reshape(-1, out.logits.shape[-1])
-    if logits.shape[0] != keep.numel():  # a model that ignores logits_to_keep
-        logits = logits[keep]
-    return sample_logprobs(logits, targets, sample, n)
+        token_lp = model(**inputs, spag_targets=(keep, targets))
+    else:
+        out = model(**inputs, logits_to_keep=keep)
+        logits = out.logits.reshape(-1, out.logits.shape[-1])
+        if logits.shape[0] != keep.numel():  # a model that ignores logits_to_keep
+            logits = logits[keep]
+        token_lp = target_logprobs(logits, targets)
+    lp = sample_means(token_lp[:learned], sample, n)
+    if trees is None:
+        return lp, None
+    return lp, move_logprobs(token_lp[learned:], batch, n)

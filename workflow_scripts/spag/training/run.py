@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from spag.errors import SpagInputError
 from spag.ops import (
     apply_environment,
     check_trackers_available,
@@ -144,6 +145,14 @@ def train(cfg: TrainConfig) -> Path:
             args.n_gpu,
         )
         padding_free = False
+    from spag.training.objectives import OBJECTIVES
+
+    needs_moves = OBJECTIVES[cfg.objective].needs_moves
+    if needs_moves and not padding_free:
+        raise SpagInputError(
+            f"--objective {cfg.objective} reads the legal moves on packed rows: it needs "
+            "padding_free (and one process per GPU)"
+        )
     if padding_free:
         use_packed_attention(model)
     # The vocabulary projection a chunk of learned positions at a time, as scoring's.
@@ -174,6 +183,7 @@ def train(cfg: TrainConfig) -> Path:
         cfg.samples,
         with_ref=True,
         prompt_format=cfg.prompt_format,
+        moves=needs_moves,
     )
     dataset = SampleDataset(features)
     work_log = Path(cfg.checkpoint_dir) / WORK_LOSS_LOG

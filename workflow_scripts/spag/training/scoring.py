@@ -179,7 +179,13 @@ def model_sequence_logprobs(model, input_ids, attention_mask, labels, trim_logit
 
 
 def score_features(
-    model, features: list[dict], pad_id: int, batch_size: int, device, packed: bool = False
+    model,
+    features: list[dict],
+    pad_id: int,
+    batch_size: int,
+    device,
+    packed: bool = False,
+    moves_out: list[float | None] | None = None,
 ) -> list[float]:
     """Sequence log-prob of every feature under ``model``, in the order of ``features``.
 
@@ -187,16 +193,20 @@ def score_features(
     ``packed`` a batch is one packed row with attention per sample, the path training
     takes with ``padding_free`` (``model`` must use :func:`spag.training.packing.use_packed_attention`):
     each sample then meets the same attention kernel in scoring and in training, so the
-    step-0 ratio is 1 up to the dtype's rounding.
+    step-0 ratio is 1 up to the dtype's rounding. With ``moves_out`` (packed features
+    with their moves' branches) it is filled with each feature's move log-prob among the
+    legal moves, None where it names no legal move.
     """
     import torch
 
     from spag.training.collate import SampleCollator
-    from spag.training.packing import PackedCollator, packed_sequence_logprobs
+    from spag.training.packing import PackedCollator, packed_logprobs
 
     collate = PackedCollator() if packed else SampleCollator(pad_id)
     order = sorted(range(len(features)), key=lambda i: -len(features[i]["input_ids"]))
     out = [0.0] * len(features)
+    if moves_out is not None:
+        moves_out[:] = [None] * len(features)
     model.eval()
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
@@ -206,7 +216,13 @@ def score_features(
                 on_device = {
                     k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()
                 }
-                lp = packed_sequence_logprobs(model, on_device).tolist()
+                lp_t, moves = packed_logprobs(model, on_device)
+                lp = lp_t.tolist()
+                if moves_out is not None and moves is not None:
+                    for i, has, v in zip(
+                        idx, moves.has_move.tolist(), moves.move.tolist(), strict=True
+                    ):
+                        moves_out[i] = v if has else None
             else:
                 lp = model_sequence_logprobs(
                     model,
@@ -240,6 +256,7 @@ def score_file(
     """
     import torch
 
+    from spag.data.tables import META_GAME
     from spag.generation.base import check_model_dir
     from spag.training.collate import build_features, check_sample_table, pad_token_id
     from spag.training.head import use_chunked_head
@@ -258,18 +275,44 @@ def score_file(
         from spag.training.packing import use_packed_attention
 
         use_packed_attention(model)
-    features, report = build_features(
-        table, tokenizer, max_length, samples, with_ref=False, prompt_format=prompt_format
+    # Samples with legal moves, scored packed: the reference's move log-probs too (what
+    # the objective legal_po's ratio needs), from the same forward passes.
+    moves = (
+        padding_free
+        and "legal_moves" in table.column_names
+        and META_GAME in (table.schema.metadata or {})
     )
+    features, report = build_features(
+        table,
+        tokenizer,
+        max_length,
+        samples,
+        with_ref=False,
+        prompt_format=prompt_format,
+        moves=moves,
+    )
+    move_scores: list[float | None] = []
     scores = score_features(
-        model, features, pad_token_id(tokenizer), batch_size, device, packed=padding_free
+        model,
+        features,
+        pad_token_id(tokenizer),
+        batch_size,
+        device,
+        packed=padding_free,
+        moves_out=move_scores if moves else None,
     )
     column: list[float | None] = [None] * table.num_rows
-    for f, s in zip(features, scores, strict=True):
+    move_column: list[float | None] = [None] * table.num_rows
+    for i, (f, s) in enumerate(zip(features, scores, strict=True)):
         column[f["row"]] = s
-    if "ref_logprob" in table.column_names:
-        table = table.drop_columns(["ref_logprob"])
+        if moves:
+            move_column[f["row"]] = move_scores[i]
+    for name in ("ref_logprob", "ref_move_logprob"):
+        if name in table.column_names:
+            table = table.drop_columns([name])
     table = table.append_column("ref_logprob", pa.array(column, pa.float64()))
+    if moves:
+        table = table.append_column("ref_move_logprob", pa.array(move_column, pa.float64()))
     meta = dict(table.schema.metadata or {})
     meta.update(
         {

@@ -105,9 +105,17 @@ class StageSettings(Checked):
         None, "KL coefficient; default: the objective's", ge=0, filled="objective"
     )
     sft_coeff: float = opt(
-        0.5, "weight of the SFT term, for the objectives that have one (offline_po)", ge=0
+        0.5, "weight of the SFT term, for the objectives that have one (offline_po, legal_po)", ge=0
     )
-    clip_eps: float = opt(0.2, "ratio clip range, for the objectives that clip (offline_po)", gt=0)
+    clip_eps: float = opt(
+        0.2, "ratio clip range, for the objectives that clip (offline_po, legal_po)", gt=0
+    )
+    legal_mass_coeff: float = opt(
+        1.0,
+        "legal_po: weight of -log(the legal moves' mass) at each game sample's decision, "
+        "the term that keeps replies on the moves",
+        ge=0,
+    )
     objective: str | None = opt(
         None,
         "the loss: a name registered in spag/training/objectives.py OBJECTIVES; default: "

@@ -22,13 +22,13 @@ from spag.errors import SpagRunError
 from spag.training.checkpoints import write_complete_marker
 from spag.training.collate import LengthGroupedSampler
 from spag.training.objectives import OBJECTIVES
-from spag.training.packing import packed_sequence_logprobs
+from spag.training.packing import packed_logprobs
 from spag.training.scoring import model_sequence_logprobs
 
 # Per-sample columns the loss reads in float32 whatever the model's dtype: under
 # DeepSpeed the Trainer casts every floating input to the engine's dtype, and a
 # reference log-prob rounded to bf16 makes the step-0 ratio differ from 1.
-FLOAT32_COLUMNS = ("reward", "weight", "ref_logprob")
+FLOAT32_COLUMNS = ("reward", "weight", "ref_logprob", "ref_move_logprob")
 LOSS_LOG_COLUMNS = [
     "step",
     "epoch",
@@ -90,9 +90,17 @@ class SpagTrainer(Trainer):
 
     # ---- loss ----
     def policy_logprobs(self, model, inputs) -> torch.Tensor:
-        """Sequence log-probs of the batch's samples under ``model`` (packed or padded)."""
+        """Sequence log-probs of the batch's samples under ``model`` (packed or padded);
+        with moves' branches in the batch, their log-probs go into ``inputs`` (the
+        objective's ``move_logprob``, ``legal_logmass``, ``has_move``, ``has_legal``)."""
         if "cu_seq_lens_q" in inputs:
-            return packed_sequence_logprobs(model, inputs)
+            lp, moves = packed_logprobs(model, inputs)
+            if moves is not None:
+                inputs["move_logprob"] = moves.move
+                inputs["legal_logmass"] = moves.legal
+                inputs["has_move"] = moves.has_move
+                inputs["has_legal"] = moves.has_legal
+            return lp
         return model_sequence_logprobs(
             model, inputs["input_ids"], inputs["attention_mask"], inputs["labels"]
         )
@@ -100,6 +108,8 @@ class SpagTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         # The loss in float32 (both log-prob paths return it; the side columns stay it).
         lp = self.policy_logprobs(model, inputs).float()
+        if self.objective.needs_moves and "move_logprob" not in inputs:
+            _no_moves(inputs)
         ref = inputs["ref_logprob"].float()
         loss, stats = self.objective.loss(self.args, lp, ref, inputs)
         if "attention_mask" in inputs:
@@ -183,6 +193,18 @@ class SpagTrainer(Trainer):
         if self.args.should_save:
             folder = Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"
             write_complete_marker(folder, self.state.global_step)
+
+
+def _no_moves(inputs: dict) -> None:
+    """A micro-batch without a single game row with legal moves (all instruction rows):
+    the objective's move columns are empty there."""
+    n = inputs["reward"].shape[0]
+    zeros = torch.zeros(n, dtype=torch.float32, device=inputs["reward"].device)
+    inputs["move_logprob"] = zeros
+    inputs["legal_logmass"] = zeros
+    inputs["has_move"] = zeros.bool()
+    inputs["has_legal"] = zeros.bool()
+    inputs.setdefault("ref_move_logprob", zeros)
 
 
 def _require_finite(name: str, value, step: int) -> None:
