@@ -2,8 +2,9 @@
 
     python perf/results/kuhn-poker/summarize.py > perf/results/kuhn-poker/tables.md
 
-Per config, training (full fine-tuning, or LoRA: ``PEFT=lora``), reward scheme and
-number of epochs: each model's exact figures for each seed, with their mean over seeds;
+Per config, training (full fine-tuning, or LoRA: ``PEFT=lora``), SPAG-stage method
+(``METHOD=<name>``: the overlay method-<name>.yaml; "paper" without one), reward scheme
+and number of epochs: each model's exact figures for each seed, with their mean over seeds;
 the self-play hands that ended in a rule break, either seat's, per epoch; each training
 stage's time, memory and speed where the runs kept them; then M0's and the last model's
 probability of the aggressive move (bet, or call facing a bet) at each information set,
@@ -31,15 +32,19 @@ def read(path: Path) -> list[dict[str, str]]:
 
 
 def main() -> None:
-    runs = defaultdict(dict)  # (config, peft, scheme, epochs) -> seed -> folder
+    runs = defaultdict(dict)  # (config, peft, method, scheme, epochs) -> seed -> folder
     for folder in sorted(p for p in HERE.iterdir() if (p / "run.tsv").is_file()):
         info = read(folder / "run.tsv")[0]
         epochs = sum(r["model"].startswith("epoch") for r in read(folder / "poker.tsv"))
         # Runs written before the LoRA option have no peft column: full fine-tuning.
-        key = (info["config"], info.get("peft", "none"), info["scheme"], epochs)
+        key = (
+            info["config"], info.get("peft", "none"), info.get("method", "paper"),
+            info["scheme"], epochs,
+        )  # fmt: skip
         runs[key][int(info["seed"])] = (folder, info)
-    for (config, peft, scheme, epochs), seeds in sorted(runs.items()):
+    for (config, peft, method, scheme, epochs), seeds in sorted(runs.items()):
         training = "" if peft == "none" else f", {peft}"
+        training += "" if method == "paper" else f", method {method}"
         print(f"## {config}{training}, rewards.scheme {scheme}, to M{epochs}\n")
         walls = ", ".join(f"seed {s}: {i['wall_s']} s" for s, (_, i) in sorted(seeds.items()))
         print(f"From nothing (`snakemake -c2 all`, 2 cores): {walls}.\n")
@@ -58,6 +63,7 @@ def main() -> None:
         print(
             f"\nEach cell: the mean over seeds {', '.join(map(str, order))} (each seed's value).\n"
         )
+        goal_lines(rows, order, epochs)
         rule_break_table(seeds, order)
         train_table(seeds, order)
         last = f"epoch{epochs}"
@@ -79,6 +85,34 @@ def main() -> None:
             print(f"| {infoset[0]} | {infoset[1]} | {key[2]} | {agg} | "
                   f"{float(eq[infoset][agg]):.2f} | " + " | ".join(cells) + " |")  # fmt: skip
         print()
+
+
+def goal_lines(rows: dict[int, dict[str, dict]], order: list[int], epochs: int) -> None:
+    """Per seed, the study's goal for an update that keeps the rules: exploitability at
+    the last model at most 0.25 and at least 0.08 below M0's, the mass outside the legal
+    moves at or below M0's at every epoch, chips against the random player not below
+    M0's (at the last model)."""
+    last = f"epoch{epochs}"
+    for s in order:
+        m0, end = rows[s]["imitation"], rows[s][last]
+        expl0, expl = float(m0["exploitability"]), float(end["exploitability"])
+        mass0 = float(m0["illegal_mass"])
+        above = [
+            m for m, r in rows[s].items()
+            if m.startswith("epoch") and float(r["illegal_mass"]) > mass0
+        ]  # fmt: skip
+        checks = {
+            f"exploitability M{epochs} {expl:.3f} <= 0.25": expl <= 0.25,
+            f"<= M0's - 0.08 ({expl0 - 0.08:.3f})": expl <= expl0 - 0.08,
+            f"mass outside <= M0's {mass0:.3f} at every epoch"
+            + (f" (above at {', '.join(above)})" if above else ""): not above,
+            f"chips vs random M{epochs} {float(end['ev_vs_random']):+.3f} >= M0's "
+            f"{float(m0['ev_vs_random']):+.3f}": float(end["ev_vs_random"])
+            >= float(m0["ev_vs_random"]),
+        }
+        met = "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
+        print(f"- Goal, seed {s}: {met}.")
+    print()
 
 
 def rule_break_table(seeds: dict[int, tuple[Path, dict]], order: list[int]) -> None:
