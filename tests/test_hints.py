@@ -14,12 +14,16 @@ from spag.evaluation.hints import (
     HINT_SCHEMA,
     NEUTRAL_MESSAGE,
     Listener,
+    chance_rr,
     distractors,
     hint_ranks,
+    message_key,
     paired_difference,
     ranks_in,
+    reciprocal_rank,
     summarize_hints,
     unique_dialogues,
+    variance_shares,
 )
 from spag.game.taboo import TABOO, is_correct_prediction
 
@@ -123,10 +127,10 @@ def test_the_calibrated_rank_subtracts_the_neutral_dialogues_log_probability(tin
 
 def test_ranks_scored_before_calibration_summarize_raw_only():
     table = _table([("a", "apple", "attacker", 1, 2)], calibrated=[1])
-    assert ranks_in(table) == ("calibrated", "raw")
+    assert ranks_in(table) == ("calibrated", "raw", "message")
     assert summarize_hints(table, "m")[0]["mrr_first"] == 1.0
     assert summarize_hints(table, "m", rank="raw")[0]["mrr_first"] == 0.5
-    old = table.drop_columns(["calibrated_rank"])
+    old = table.drop_columns(["calibrated_rank", "message_rr", "message_key"])
     assert ranks_in(old, table) == ("raw",)
     assert summarize_hints(old, "m", rank="raw")[0]["rank"] == "raw"
     with pytest.raises(SpagInputError, match="without 'calibrated_rank'"):
@@ -155,7 +159,9 @@ def test_the_summary_command_writes_both_ranks_and_pairs_each_with_its_own(tmp_p
     assert float(rows["m1", "all", "calibrated"]["paired_mrr_best_diff"]) == pytest.approx(0.75)
     assert float(rows["m0", "all", "calibrated"]["mrr_best"]) == pytest.approx(0.25)
     # A table scored before calibration: the raw rank only, for every model.
-    write_parquet(m0.drop_columns(["calibrated_rank"]), tmp_path / "m0.parquet")
+    write_parquet(
+        m0.drop_columns(["calibrated_rank", "message_rr", "message_key"]), tmp_path / "m0.parquet"
+    )
     assert main(["summarize-hints", "--hints", str(tmp_path / "m0.parquet"),
                  str(tmp_path / "m1.parquet"), "--models", "m0", "m1", "--reference", "m0",
                  "--output", str(out)]) == 0  # fmt: skip
@@ -163,9 +169,10 @@ def test_the_summary_command_writes_both_ranks_and_pairs_each_with_its_own(tmp_p
         assert {r["rank"] for r in csv.DictReader(fh, delimiter="\t")} == {"raw"}
 
 
-def _table(rows, source="eval", calibrated=None):
+def _table(rows, source="eval", calibrated=None, alone=None):
     """Hint ranks of (episode, word, role, turn, rank) rows; the calibrated rank is
-    ``calibrated``'s, else the raw rank."""
+    ``calibrated``'s, else the raw rank; the message rank ``alone``'s (a reciprocal
+    rank), else the raw rank's reciprocal; each message's text its episode and turn."""
     cols = {f.name: [] for f in HINT_SCHEMA}
     for i, (eid, word, role, turn, rank) in enumerate(rows):
         cols["source"].append(source)
@@ -176,6 +183,8 @@ def _table(rows, source="eval", calibrated=None):
         cols["reciprocal_rank"].append(1 / rank)
         cols["candidates"].append(21)
         cols["calibrated_rank"].append(rank if calibrated is None else calibrated[i])
+        cols["message_rr"].append(1 / rank if alone is None else alone[i])
+        cols["message_key"].append(message_key(f"{eid}-{turn}"))
     return pa.table(cols, schema=HINT_SCHEMA)
 
 
@@ -278,3 +287,61 @@ def test_clues_rank_the_secret_above_unrelated_words(smollm2_dir):
         return sum(rr[f"{w}-clue"] - rr[f"{w}-other"] for w, _, _ in HAND_MADE) / len(HAND_MADE)
 
     assert gap("calibrated_rank") >= gap("rank") > 0
+
+
+def test_ties_count_at_their_expected_reciprocal_rank():
+    """A message that changes nothing (every calibrated score equal) sits at chance."""
+    assert reciprocal_rank([0.0] * 12) == pytest.approx(chance_rr(12))
+    assert chance_rr(12) == pytest.approx(sum(1 / r for r in range(1, 13)) / 12)
+    assert reciprocal_rank([1.0, 0.5, 0.5]) == 1.0
+    assert reciprocal_rank([0.5, 1.0, 0.5]) == pytest.approx((1 / 2 + 1 / 3) / 2)
+
+
+def test_the_message_rank_reads_each_message_alone_once(tiny_model_dir):
+    """One (secret, message) gets one message rank wherever it is said (here in two
+    dialogues of different contexts, and twice within one), the calibrated rank of the
+    message as the only message of a dialogue, computed by plain scoring."""
+    listener = Listener(
+        tiny_model_dir, prompt_format="raw", dtype="float32", device="cpu", trust_remote_code=False
+    )
+    prompts = TABOO.load_prompts()
+    eps = [_episode("g1", "apple", ["a fruit", "red and round", "a fruit"]),
+           _episode("g2", "apple", ["tree", "a fruit"])]  # fmt: skip
+    rows = hint_ranks(listener, TABOO, prompts, eps, WORDS, k=5, seed=0).to_pylist()
+    fruit = [r for r in rows if r["message_key"] == message_key("a fruit")]
+    assert len(fruit) == 3 and len({r["message_rr"] for r in fruit}) == 1
+    candidates = ["apple", *distractors(WORDS, "apple", 5, 0)]
+    guesses = [TABOO.guess_text(w) for w in candidates]
+    alone = [{"role": "attacker", "content": "a fruit"}]
+    neutral = [{"role": "attacker", "content": NEUTRAL_MESSAGE}]
+    after, before = (
+        listener.logprobs(TABOO.play_prompt(prompts, h, "defender", "x", 5), guesses)
+        for h in (alone, neutral)
+    )
+    want = reciprocal_rank([a - b for a, b in zip(after, before, strict=True)])
+    assert fruit[0]["message_rr"] == pytest.approx(want)
+    # The context ranks of the repeated message may differ; the summary's shares say so.
+    table = pa.Table.from_pylist(rows, schema=HINT_SCHEMA)
+    assert variance_shares(table, "message")["identical_messages_share"] == pytest.approx(0.0)
+
+
+def test_variance_shares_and_the_mean_message():
+    """Two secrets; apple's first message said twice with different context ranks."""
+    table = _table([("a", "apple", "attacker", 1, 1), ("a", "apple", "attacker", 2, 4),
+                    ("b", "apple", "attacker", 1, 2), ("c", "river", "attacker", 1, 4)])  # fmt: skip
+    keys = table.column("message_key").to_pylist()
+    keys[2] = keys[0]  # b's first message is a's first message
+    table = table.set_column(table.schema.get_field_index("message_key"), "message_key",
+                             pa.array(keys))  # fmt: skip
+    rr = [1.0, 0.25, 0.5, 0.25]
+    mean = sum(rr) / 4
+    total = sum((v - mean) ** 2 for v in rr)
+    apple = rr[:3]
+    within_secret = sum((v - sum(apple) / 3) ** 2 for v in apple)
+    within_identical = (1.0 - 0.75) ** 2 + (0.5 - 0.75) ** 2
+    shares = variance_shares(table, "raw")
+    assert shares["between_secrets_share"] == pytest.approx(1 - within_secret / total)
+    assert shares["identical_messages_share"] == pytest.approx(within_identical / total)
+    row = summarize_hints(table, "m", rank="raw")[-1]
+    assert row["mrr_mean"] == pytest.approx(((1.0 + 0.25) / 2 + 0.5 + 0.25) / 3)
+    assert row["mrr_chance"] == pytest.approx(chance_rr(21))

@@ -105,17 +105,18 @@ def hint_rows(
     model: str, spag: Path, control: Path, what: str, column: str, pair_by: tuple[str, ...]
 ) -> list[dict[str, Any]]:
     """Paired reciprocal ranks of graded hints (``what``: ``hints`` by the evaluated
-    model's role, ``inference`` by dialogue source) after the first, last, best message."""
+    model's role, ``inference`` by dialogue source) after the first, last, best message
+    and over the messages (mean)."""
     import pyarrow.compute as pc
 
     from spag.data.tables import read_parquet
-    from spag.evaluation.hints import paired_difference, ranks_in
+    from spag.evaluation.hints import WHENS, paired_difference, ranks_in
 
     path = Path("eval", what, f"{model}.parquet")
     tables = [read_parquet(arm / path, f"{what} ranks") for arm in (spag, control)]
     groups = sorted({g for t in tables for g in t.column(column).to_pylist() if g}) + ["all"]
     rows = []
-    for rank, group, when in product(ranks_in(*tables), groups, ("first", "last", "best")):
+    for rank, group, when in product(ranks_in(*tables), groups, WHENS):
         mine, theirs = (
             t if group == "all" else t.filter(pc.equal(t[column], group)) for t in tables
         )

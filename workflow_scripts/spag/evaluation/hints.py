@@ -15,6 +15,20 @@ dialogue of the same shape (the same roles and number of messages, each message
 :data:`NEUTRAL_MESSAGE`): what the hints added to the listener's belief. Both ranks
 are kept; the summaries read either.
 
+Both read a message in its dialogue, so one message gets other ranks in other
+dialogues (and again when repeated within one), and the best of a dialogue's noisy
+ranks sits above chance on dialogues that hint at nothing. The message rank reads
+each message alone: the listener sees a dialogue of that one attacker message, and
+the guesses are ordered by their log-probability there minus after the neutral
+one-message dialogue. Each distinct (secret, message) is scored once, so identical
+messages of a secret get one score, and ties (a message that changes nothing) count
+as the expected reciprocal rank under a random order of the tied guesses: a message
+that hints at nothing sits at chance. It is stored as its reciprocal rank
+(``message_rr``). Summaries give each dialogue's first, last, best and mean message,
+and how the scores' variance splits: between secrets (the listener's prior for each
+word) and among identical messages of a secret (what the dialogue around a message
+changes: 0 for the message rank).
+
 The prompt and the guesses' shared opening are scored once and their keys/values
 reused for the K + 1 guesses' own tokens, so the cost is about one forward pass over
 the prompt per attacker message.
@@ -41,9 +55,9 @@ DEFAULT_K = 20
 # The content of every message of the neutral dialogue that gives the listener's prior:
 # it names nothing and hints at nothing.
 NEUTRAL_MESSAGE = "..."
-# The ranks a summary can read: raw (the dialogue's log-probabilities) or calibrated
-# (minus the neutral dialogue's).
-RANKS = ("calibrated", "raw")
+# The ranks a summary can read: raw (the dialogue's log-probabilities), calibrated
+# (minus the neutral dialogue's) or message (the message alone, calibrated).
+RANKS = ("calibrated", "raw", "message")
 # The defender's inference reads these fixed dialogues: the same clues for every model.
 INFERENCE_SOURCES = ("demonstrations", "m0_games")
 
@@ -85,10 +99,16 @@ HINT_SCHEMA = pa.schema(
         pa.field("candidates", pa.int64()),
         # The rank by log-probability minus the neutral dialogue's (the word's prior).
         pa.field("calibrated_rank", pa.int64()),
+        # The message alone, calibrated; ties averaged: a reciprocal rank.
+        pa.field("message_rr", pa.float64()),
+        # The message's text, hashed: identical messages share it.
+        pa.field("message_key", pa.string()),
     ]
 )
-# The column each kind of rank is read from.
-RANK_COLUMN = {"raw": "rank", "calibrated": "calibrated_rank"}
+# The column each kind of rank is read from (the message rank as its reciprocal).
+RANK_COLUMN = {"raw": "rank", "calibrated": "calibrated_rank", "message": "message_rr"}
+# Which message of a dialogue a summary reads.
+WHENS = ("first", "last", "best", "mean")
 
 
 def distractors(words: Sequence[str], secret: str, k: int, seed: int) -> list[str]:
@@ -175,6 +195,26 @@ class Listener:
         return scores
 
 
+def reciprocal_rank(scores: Sequence[float]) -> float:
+    """The expected reciprocal rank of ``scores[0]`` among ``scores`` under a random order
+    of the guesses it ties with: the mean of 1/r over the ranks it could take."""
+    above = sum(x > scores[0] for x in scores[1:])
+    tied = sum(x == scores[0] for x in scores[1:])
+    return sum(1.0 / r for r in range(above + 1, above + tied + 2)) / (tied + 1)
+
+
+def chance_rr(candidates: int) -> float:
+    """The mean reciprocal rank of a guess ranked at random among ``candidates``."""
+    return sum(1.0 / r for r in range(1, candidates + 1)) / candidates
+
+
+def message_key(text: str) -> str:
+    """A message's identity in the hint tables (a hash of its text)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def hint_ranks(
     listener: Listener,
     game: Any,
@@ -207,6 +247,23 @@ def hint_ranks(
             known.update(zip(missing, scores, strict=True))
         return known
 
+    alone: dict[tuple[str, str], float] = {}
+
+    def message_rr(message: dict[str, Any], secret: str, others: Sequence[str],
+                   max_turns: int) -> float:  # fmt: skip
+        """The message alone: its calibrated reciprocal rank, scored once per (secret,
+        message)."""
+        key = (secret, message["content"])
+        if key not in alone:
+            words_ = (secret, *others)
+            prompt = game.play_prompt(prompts, [message], listener_role, secret, max_turns)
+            scores = listener.logprobs(prompt, [game.guess_text(w) for w in words_])
+            base = prior([message], secret, max_turns)
+            alone[key] = reciprocal_rank(
+                [s - base[w] for s, w in zip(scores, words_, strict=True)]
+            )
+        return alone[key]
+
     for ep in episodes:
         secret, history = ep["target_word"], ep["history"]
         others = distractors(words, secret, k, seed)
@@ -236,6 +293,8 @@ def hint_ranks(
             rows["reciprocal_rank"].append(1.0 / rank)
             rows["candidates"].append(len(guesses))
             rows["calibrated_rank"].append(1 + sum(c > lifted[0] for c in lifted[1:]))
+            rows["message_rr"].append(message_rr(message, secret, others, ep["max_turns"]))
+            rows["message_key"].append(message_key(message["content"]))
     return pa.table(rows, schema=HINT_SCHEMA)
 
 
@@ -286,8 +345,8 @@ def ranks_in(*tables: pa.Table) -> tuple[str, ...]:
 
 
 def per_game(table: pa.Table, rank: str = "calibrated") -> dict[tuple[str, str], dict[str, Any]]:
-    """Each game's ranks (``rank``: calibrated or raw) after the attacker's first, last
-    and best message."""
+    """Each game's reciprocal ranks (``rank``: calibrated, raw or message) after the
+    attacker's first, last and best message, and their mean over its messages."""
     column = RANK_COLUMN[rank]
     if column not in table.column_names:
         raise SpagInputError(
@@ -301,11 +360,40 @@ def per_game(table: pa.Table, rank: str = "calibrated") -> dict[tuple[str, str],
             {"word": r["target_word"], "role": r["policy_role"], "source": r["source"],
              "episode": r["episode_id"], "ranks": []},
         )  # fmt: skip
-        g["ranks"].append((r["attacker_turn"], r[column]))
+        value = r[column] if rank == "message" else 1.0 / r[column]
+        g["ranks"].append((r["attacker_turn"], value))
     for g in games.values():
-        ranks = [rank for _, rank in sorted(g["ranks"])]
-        g.update(first=ranks[0], last=ranks[-1], best=min(ranks))
+        rr = [v for _, v in sorted(g["ranks"])]
+        g.update(first=rr[0], last=rr[-1], best=max(rr), mean=sum(rr) / len(rr))
     return games
+
+
+def variance_shares(table: pa.Table, rank: str) -> dict[str, float]:
+    """How the messages' reciprocal ranks (``rank``) vary: the share of their variance
+    between secrets (eta squared by secret), and the share left among identical
+    messages of a secret (the within-(secret, message) sum of squares over the total)."""
+    column = RANK_COLUMN[rank]
+    rows = table.to_pylist()
+    values = [r[column] if rank == "message" else 1.0 / r[column] for r in rows]
+    if not values or "message_key" not in table.column_names:
+        return {"between_secrets_share": math.nan, "identical_messages_share": math.nan}
+    mean = sum(values) / len(values)
+    total = sum((v - mean) ** 2 for v in values)
+
+    def within(keys: list) -> float:
+        groups: dict[Any, list[float]] = {}
+        for key, v in zip(keys, values, strict=True):
+            groups.setdefault(key, []).append(v)
+        return sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups.values())
+
+    if total == 0:
+        return {"between_secrets_share": math.nan, "identical_messages_share": math.nan}
+    secrets = [r["target_word"] for r in rows]
+    pairs = [(r["target_word"], r["message_key"]) for r in rows]
+    return {
+        "between_secrets_share": 1.0 - within(secrets) / total,
+        "identical_messages_share": within(pairs) / total,
+    }
 
 
 def summarize_hints(
@@ -313,16 +401,25 @@ def summarize_hints(
 ) -> list[dict[str, Any]]:
     """Per role of the evaluated model (``by="role"``, and both) or per source of the
     dialogues (``by="source"``): mean reciprocal rank and top-1 rate of the secret
-    (``rank``: calibrated or raw) after the attacker's first, last and best message,
-    with 95% intervals."""
+    (``rank``: calibrated, raw or message) after the attacker's first, last and best
+    message and over its messages (mean; top-1: every message first), with 95%
+    intervals; the shares of the messages' variance between secrets and among identical
+    messages (:func:`variance_shares`); and the chance level of the MRR."""
+    import pyarrow.compute as pc
+
     games = per_game(table, rank)
     groups = sorted({g[by] for g in games.values() if g[by]})
+    column = "policy_role" if by == "role" else "source"
+    candidates = table.column("candidates").to_pylist()
     out = []
     for group in [*groups, "all"]:
         sel = [g for g in games.values() if group in ("all", g[by])]
         row: dict[str, Any] = {"model": model, by: group, "rank": rank, "games": len(sel)}
-        for when in ("first", "last", "best"):
-            m, lo, hi = _bootstrap_mean(_clusters([(_unit(g), 1.0 / g[when]) for g in sel]))
+        part = table if group == "all" else table.filter(pc.equal(table[column], group))
+        row.update(variance_shares(part, rank))
+        row["mrr_chance"] = chance_rr(max(candidates)) if candidates else math.nan
+        for when in WHENS:
+            m, lo, hi = _bootstrap_mean(_clusters([(_unit(g), g[when]) for g in sel]))
             row.update({f"mrr_{when}": m, f"mrr_{when}_lo": lo, f"mrr_{when}_hi": hi})
             # A rate: Wilson's interval, as the win rates (a normal one leaves [0, 1]).
             hits = sum(g[when] == 1 for g in sel)
@@ -341,14 +438,15 @@ def paired_difference(
     rank: str = "calibrated",
 ) -> dict[str, float]:
     """The mean difference in reciprocal rank after the attacker's ``when`` message
-    (first, last, best; ``rank``: calibrated or raw), game by game on the same words and
+    (first, last, best, or the mean over its messages; ``rank``: calibrated, raw or
+    message), game by game on the same words and
     roles (or the same dialogues: ``pair_by=("source", "episode")``), with its 95%
     bootstrap interval (resampling secrets: a secret's games or dialogues move together)
     and each side's mean over the pairs (``mean``, ``reference_mean``)."""
     a, b = per_game(table, rank), per_game(reference, rank)
     key = lambda g: tuple(g[k] for k in pair_by)  # noqa: E731
-    ref = {key(g): 1.0 / g[when] for g in b.values()}
-    pairs = [(_unit(g), 1.0 / g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
+    ref = {key(g): g[when] for g in b.values()}
+    pairs = [(_unit(g), g[when], ref[key(g)]) for g in a.values() if key(g) in ref]
     if not pairs:
         return {"pairs": 0, f"mrr_{when}_diff": math.nan, "lo": math.nan, "hi": math.nan,
                 "mean": math.nan, "reference_mean": math.nan}  # fmt: skip
