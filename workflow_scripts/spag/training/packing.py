@@ -224,10 +224,10 @@ def _add_branches(
     """Write feature ``f``'s branches after its ``n`` tokens (the segment at ``start``)
     and record where their tokens are predicted; returns its tree, or None."""
     forms = f.get("forms")
-    if not forms:
+    trunk = int(f["target_start"])
+    if not forms or trunk < 1:  # no query token to predict a form's first token
         moves["chosen_slot"].append(-1)
         return None
-    trunk = int(f["target_start"])
     first_slot = len(moves["slot_sample"])
     moves["slot_sample"].extend([sample] * f["n_moves"])
     moves["chosen_slot"].append(first_slot + f["move"] if f["move"] >= 0 else -1)
