@@ -105,7 +105,7 @@ def report(title: str, table, summarize_hints, chance_rr) -> list[str]:
     for rank in ("raw", "calibrated", "message"):
         row = summarize_hints(table, "all", rank=rank)[-1]
 
-        def cell(when: str) -> str:
+        def cell(when: str, row: dict = row) -> str:
             return (f"{row[f'mrr_{when}']:.3f} [{row[f'mrr_{when}_lo']:.3f}, "
                     f"{row[f'mrr_{when}_hi']:.3f}]")  # fmt: skip
 

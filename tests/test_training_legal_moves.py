@@ -222,6 +222,15 @@ def test_scoring_and_a_training_step_start_at_ratio_one(tiny_model_dir, tmp_path
     assert float(step["ratio_max"]) == pytest.approx(1.0, abs=1e-5)
     assert float(step["n_game"]) == 7
 
+    # A batch whose only game row breaks the rules (no legal move named) trains too.
+    keep = [i for i, r in enumerate(rows) if r["type"] == "sft" or r["move"] == "call"]
+    write_parquet(read_parquet(scored).take(keep[-2:]), scored)
+    cfg.output, cfg.checkpoint_dir = str(tmp_path / "out2"), str(tmp_path / "ckpt2")
+    train(cfg)
+    last = (tmp_path / "loss.tsv").read_text().splitlines()[-1]
+    step = dict(zip(header.split("\t"), last.split("\t"), strict=True))
+    assert float(step["n_game"]) == 1 and math.isfinite(float(step["loss"]))
+
 
 def test_samples_of_a_game_without_moves_are_refused_by_the_objective(tiny_model_dir):
     from training_samples import sample_rows

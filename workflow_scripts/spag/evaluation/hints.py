@@ -259,9 +259,7 @@ def hint_ranks(
             prompt = game.play_prompt(prompts, [message], listener_role, secret, max_turns)
             scores = listener.logprobs(prompt, [game.guess_text(w) for w in words_])
             base = prior([message], secret, max_turns)
-            alone[key] = reciprocal_rank(
-                [s - base[w] for s, w in zip(scores, words_, strict=True)]
-            )
+            alone[key] = reciprocal_rank([s - base[w] for s, w in zip(scores, words_, strict=True)])
         return alone[key]
 
     for ep in episodes:

@@ -342,7 +342,8 @@ class SampleCollator:
 
 def sample_columns(features: list[dict]) -> dict[str, torch.Tensor]:
     """The per-sample tensors of a batch (reward, weight, is_sft, episode, and ref_logprob
-    where every feature has one), whatever the token layout: what an objective's loss
+    where every feature has one, with ``ref_move_logprob`` beside it where the batch has
+    moves' branches), whatever the token layout: what an objective's loss
     may read (``spag.training.objectives``)."""
     columns = {
         "reward": torch.tensor([f["reward"] for f in features], dtype=torch.float32),
@@ -354,8 +355,9 @@ def sample_columns(features: list[dict]) -> dict[str, torch.Tensor]:
         columns["ref_logprob"] = torch.tensor(
             [f["ref_logprob"] for f in features], dtype=torch.float32
         )
-    if any("ref_move_logprob" in f for f in features):
-        # 0 where a row has no legal move (the loss reads it only where it has).
+    if "ref_logprob" in columns and any("move" in f for f in features):
+        # Whenever the batch has moves' branches, even if none of its rows names a legal
+        # move (all rule breaks): 0 there, the loss reads it only where one is named.
         columns["ref_move_logprob"] = torch.tensor(
             [f.get("ref_move_logprob", 0.0) for f in features], dtype=torch.float32
         )
