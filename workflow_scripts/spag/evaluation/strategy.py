@@ -6,8 +6,9 @@ the probability that its reply *starts with* the move word (lower-case or
 capitalised, after a space or not), the way the game reads a reply's first move word. What is left,
 ``1 - sum``, is the **mass outside the legal moves**: replies that start with an
 illegal move or with other text. (A reply such as "I bet" is read as a bet in play
-but counted outside here: the read-out is a lower bound on the legal mass, exact for
-models that answer with the move word, as the demonstrations do.)
+but counted outside here, and a run-on reply such as "callheck" is counted as a call
+but is a rule break in play, which reads whole words: the read-out is exact only for
+models that answer with the move word alone, as the demonstrations do.)
 
 The strategy used for values is the legal moves' probabilities renormalised; from it,
 exactly (``spag.game.kuhn_poker``): the exploitability, and the chips per hand
