@@ -8,6 +8,7 @@ epoch's self-play, the reply's first 40 characters, as in ``results/epoch*/episo
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 from collections import Counter
@@ -36,4 +37,8 @@ def main(run: str, out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", help="the run's workflow copy (/tmp/kuhn-study/<run>)")
+    parser.add_argument("out", help="the run's folder here, for replies.tsv")
+    args = parser.parse_args()
+    sys.exit(main(args.run, args.out))
