@@ -224,7 +224,8 @@ def test_scoring_and_a_training_step_start_at_ratio_one(tiny_model_dir, tmp_path
 
     # A batch whose only game row breaks the rules (no legal move named) trains too.
     keep = [i for i, r in enumerate(rows) if r["type"] == "sft" or r["move"] == "call"]
-    write_parquet(read_parquet(scored).take(keep[-2:]), scored)
+    assert len(keep) == 2
+    write_parquet(read_parquet(scored).take(keep), scored)
     cfg.output, cfg.checkpoint_dir = str(tmp_path / "out2"), str(tmp_path / "ckpt2")
     train(cfg)
     last = (tmp_path / "loss.tsv").read_text().splitlines()[-1]
