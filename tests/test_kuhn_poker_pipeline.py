@@ -203,8 +203,9 @@ def test_infoset_prompts_show_the_seat_its_card_and_moves():
 
 
 def test_read_strategy_matches_the_models_own_next_token_probabilities(tiny_model_dir):
-    """The read-out against an independent computation: the model's probability of the
-    first token of each move form, summed, by a plain forward pass per prompt."""
+    """The read-out against an independent computation: the model's probability that
+    the whole reply is a move form (its tokens, then EOS), summed over the forms, by a
+    plain forward pass per prompt."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -230,7 +231,7 @@ def test_read_strategy_matches_the_models_own_next_token_probabilities(tiny_mode
         for move in (row["passive"], row["aggressive"]):
             total = 0.0
             for form in (move, move.capitalize(), f" {move}", f" {move.capitalize()}"):
-                target = tok(form, add_special_tokens=False).input_ids
+                target = [*tok(form, add_special_tokens=False).input_ids, tok.eos_token_id]
                 seq = torch.tensor([ids + target])
                 with torch.no_grad():
                     logp = torch.log_softmax(model(seq).logits[0].float(), -1)

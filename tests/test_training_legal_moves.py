@@ -137,11 +137,11 @@ def _features(table, tokenizer, with_ref=False):
 
 def test_branches_give_the_log_probs_of_separate_forward_passes(tiny_model_dir):
     """Each legal move's probability read on the branches of the packed row equals the
-    sum over its forms of the form's probability after the query, each form scored in a
-    forward pass of its own; the samples' own log-probs are those without branches."""
+    sum over its forms of the probability that the whole reply is the form (its tokens,
+    then EOS: the raw format's end of turn) after the query, each scored in a forward
+    pass of its own; the samples' own log-probs are those without branches."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from spag.models.rendering import PromptRenderer
     from spag.training.packing import PackedCollator, packed_logprobs, use_packed_attention
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -158,7 +158,6 @@ def test_branches_give_the_log_probs_of_separate_forward_passes(tiny_model_dir):
         lp_plain, none = packed_logprobs(model, plain)
     assert none is None
     assert lp.tolist() == pytest.approx(lp_plain.tolist(), abs=1e-5)
-    renderer = PromptRenderer(tokenizer, "raw")
     rows = table.to_pylist()
     for i, f in enumerate(features):
         row = rows[f["row"]]
@@ -170,8 +169,8 @@ def test_branches_give_the_log_probs_of_separate_forward_passes(tiny_model_dir):
         for m in row["legal_moves"]:
             total = 0.0
             for form in KUHN_POKER.move_forms(m):
-                (pair,) = renderer.encode_pairs(["."], [form])
-                ids = pair[1][:-1]
+                ids = tokenizer(form, add_special_tokens=False).input_ids
+                ids = [*ids, tokenizer.eos_token_id]
                 with torch.no_grad():
                     out = model(input_ids=torch.tensor([trunk + ids])).logits[0]
                 logp = torch.log_softmax(out[len(trunk) - 1 : -1], -1)

@@ -37,6 +37,8 @@ for config in "$@"; do
         cp "$here/method-$method.yaml" "$wd/method.yaml"
         files+=(method.yaml)
       fi
+      # The project's commit (with "+dirty" for uncommitted changes): the code that runs.
+      commit=$(cd "$project" && git rev-parse --short HEAD)$(cd "$project" && git diff --quiet HEAD -- workflow_scripts rules Snakefile || echo +dirty)
       start=$(date +%s)
       (cd "$wd" && snakemake -c2 all --configfile "${files[@]}" \
         --config seed="$seed" "rewards={scheme: $scheme}" ${epochs:+epochs=$epochs} > snakemake.log 2>&1)
@@ -53,9 +55,9 @@ for config in "$@"; do
         cp "$wd/results/benchmarks/$stage/train.tsv" "$out/train/$stage.benchmark.tsv"
         cp "$wd/results/$stage/loss.tsv" "$out/train/$stage.loss.tsv"
       done
-      printf 'config\tpeft\tmethod\tscheme\tseed\twall_s\tdate\tload\n%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+      printf 'config\tpeft\tmethod\tscheme\tseed\twall_s\tdate\tload\tcommit\n%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$config" "${peft:-none}" "${method:-paper}" "$scheme" "$seed" "$((end - start))" "$(date -u +%FT%TZ)" \
-        "$(cut -d' ' -f1-3 /proc/loadavg)" > "$out/run.tsv"
+        "$(cut -d' ' -f1-3 /proc/loadavg)" "$commit" > "$out/run.tsv"
       echo "$name: $((end - start)) s"
     done
   done

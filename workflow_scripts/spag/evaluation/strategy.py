@@ -2,13 +2,13 @@
 
 At each information set the prompt is rendered exactly as in play (the game's play
 prompt, the model's prompt format); the model's probability of each legal move is
-the probability that its reply *starts with* the move word (lower-case or
-capitalised, after a space or not), the way the game reads a reply's first move word. What is left,
-``1 - sum``, is the **mass outside the legal moves**: replies that start with an
-illegal move or with other text. (A reply such as "I bet" is read as a bet in play
-but counted outside here, and a run-on reply such as "callheck" is counted as a call
-but is a rule break in play, which reads whole words: the read-out is exact only for
-models that answer with the move word alone, as the demonstrations do.)
+the probability that its whole reply *is* the move word (lower-case or capitalised,
+after a space or not: ``Game.move_forms``), the word followed by the end of the turn,
+as the demonstrations answer. What is left, ``1 - sum``, is the **mass outside the
+legal moves**: illegal moves, replies that run on after the word ("callheck", a rule
+break in play, which reads whole words) and replies with other words. It bounds what
+play rejects from above: a reply such as "I bet" or "bet." is read as a bet in play but
+counted outside here.
 
 The strategy used for values is the legal moves' probabilities renormalised; from it,
 exactly (``spag.game.kuhn_poker``): the exploitability, and the chips per hand
@@ -69,7 +69,6 @@ def read_strategy(
     probs: dict[tuple[InfoSet, str], float] = {}
     with torch.inference_mode():
         for (q, t), key in zip(renderer.encode_pairs(queries, targets), where, strict=True):
-            t = t[:-1]  # the reply's start: no end token after the move word
             ids = torch.tensor([renderer.lead + q + t], device=device)
             logits = model(input_ids=ids, use_cache=False).logits[0, -len(t) - 1 : -1]
             lp = torch.log_softmax(logits.float(), dim=-1)

@@ -23,8 +23,9 @@ and judges what is said), kept to what a batched, turn-by-turn loop needs:
   can be M0's demonstrations (``data.imitation: scripted``);
 - optionally a closed set of moves (``move_set``: Kuhn Poker's check, bet, call, fold;
   None for Taboo's free text): then ``legal_moves`` after a history, ``read_move`` of a
-  reply and ``move_forms`` (the texts a reply naming the move may start with) let the
-  samples carry their move and the objective ``legal_po`` learn over the legal moves.
+  reply and ``move_forms`` (the whole replies that name the move: the readers put the
+  end of the turn after each) let the samples carry their move and the objective
+  ``legal_po`` learn over the legal moves.
 
 :class:`TwoPlayerGame` gives the common parts (prompts loaded from the game's file
 through :class:`PromptsFile`, winners and rule breakers by outcome, signed results),
@@ -94,7 +95,8 @@ class Game(Protocol):
         """With a ``move_set``: the move a reply names, or None."""
 
     def move_forms(self, move: str) -> tuple[str, ...]:
-        """With a ``move_set``: the texts a reply naming ``move`` may start with."""
+        """With a ``move_set``: the whole replies that name ``move`` (each read with the
+        end of the turn after it, so that a reply running on after the word is not one)."""
 
     def load_prompts(self, path: str | None = None) -> Any:
         """The game's prompt texts (its shipped file without ``path``)."""

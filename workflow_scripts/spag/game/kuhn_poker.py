@@ -208,8 +208,10 @@ def read_move(text: str) -> str | None:
 
 
 def move_forms(move: str) -> tuple[str, ...]:
-    """The texts a reply naming ``move`` may start with: the word lower-case or
-    capitalised, with or without a space (a model may write one after the prompt's cue)."""
+    """The whole replies that name ``move``: the word lower-case or capitalised, with or
+    without a space (a model may write one after the prompt's cue). Read with the end of
+    the turn after them, they leave out what play rejects ("callheck") and what it
+    accepts with other words ("I bet"): their mass is what surely plays the move."""
     return move, move.capitalize(), f" {move}", f" {move.capitalize()}"
 
 
