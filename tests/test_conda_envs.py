@@ -13,6 +13,7 @@ what each env resolves to.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import hashlib
 import json
@@ -272,31 +273,51 @@ def _public(version: str) -> str:
     return Version(version).public  # 2.13.0+cpu (the local CPU wheel) is torch==2.13.0
 
 
+def _resolve(root: Path, env_file: Path) -> dict:
+    """Resolve one env from the package index as conda's pip step would, from the copy of
+    the env file where Snakemake puts it; the stand-in's record of it."""
+    work = _copy_repo(root / "work")
+    text = env_file.read_text()
+    copy = work / ".snakemake" / "conda" / f"{hashlib.md5(text.encode()).hexdigest()}_.yaml"
+    copy.parent.mkdir(parents=True)
+    copy.write_text(text)
+    pip_args = "--use-feature=fast-deps"
+    if "vllm" in _env_extras(env_file) and _index_lacks_certifi_for_vllm():
+        pip_args += f" --find-links {_certifi_standin(root / 'certifi-standin')}"
+    cmd = [
+        str(_conda_on_path(root) / "conda"), "env", "create", "--quiet",
+        "--no-default-packages", "--file", str(copy), "--prefix", str(copy.with_suffix("")),
+    ]  # fmt: skip
+    (record,) = _run_with_standin(
+        root, cmd, work, pip_args, timeout=900, SPAG_PROJECT_DIR=str(work)
+    )
+    record["work"] = str(work)
+    return record
+
+
+@pytest.fixture(scope="module")
+def resolutions(tmp_path_factory):
+    """Every env's resolution, started together: each waits on the index most of its time
+    (about 30% of a core each), so one after the other they cost a test worker minutes."""
+    skip_without_index()
+    with concurrent.futures.ThreadPoolExecutor(len(ENV_FILES)) as pool:
+        yield {
+            f.stem: pool.submit(_resolve, tmp_path_factory.mktemp(f"resolve-{f.stem}"), f)
+            for f in ENV_FILES
+        }
+
+
 @pytest.mark.network
 @pytest.mark.parametrize("env_file", ENV_FILES, ids=lambda f: f.stem)
-def test_env_resolves(tmp_path, env_file):
+def test_env_resolves(resolutions, env_file):
     """The whole env resolves from the package index, as conda's pip step would do it
     from the copy of the env file (pip --dry-run; fast-deps reads wheel metadata with
     range requests instead of downloading wheels): every `==` pin of the base and the
     env's extras is met; the light env has no torch; vLLM's env has vLLM's own torch and
     transformers, and nothing of training or lm-eval."""
-    skip_without_index()
-    work = _copy_repo(tmp_path / "work")
-    text = env_file.read_text()
-    copy = work / ".snakemake" / "conda" / f"{hashlib.md5(text.encode()).hexdigest()}_.yaml"
-    copy.parent.mkdir(parents=True)
-    copy.write_text(text)
+    record = resolutions[env_file.stem].result()
+    work = Path(record["work"])
     extras = _env_extras(env_file)
-    pip_args = "--use-feature=fast-deps"
-    if "vllm" in extras and _index_lacks_certifi_for_vllm():
-        pip_args += f" --find-links {_certifi_standin(tmp_path / 'certifi-standin')}"
-    cmd = [
-        str(_conda_on_path(tmp_path) / "conda"), "env", "create", "--quiet",
-        "--no-default-packages", "--file", str(copy), "--prefix", str(copy.with_suffix("")),
-    ]  # fmt: skip
-    (record,) = _run_with_standin(
-        tmp_path, cmd, work, pip_args, timeout=900, SPAG_PROJECT_DIR=str(work)
-    )
     installed = {name: info["version"] for name, info in record["install"].items()}
     assert record["install"][PROJECT]["url"] == work.resolve().as_uri()
     assert set(record["install"][PROJECT]["extras"]) == _extras_closure(extras)  # with [hf]
