@@ -38,7 +38,8 @@ for config in "$@"; do
         files+=(method.yaml)
       fi
       # The project's commit (with "+dirty" for uncommitted changes): the code that runs.
-      commit=$(cd "$project" && git rev-parse --short HEAD)$(cd "$project" && git diff --quiet HEAD -- workflow_scripts rules Snakefile || echo +dirty)
+      commit=$(git -C "$project" rev-parse --short HEAD)
+      git -C "$project" diff --quiet HEAD -- workflow_scripts rules Snakefile || commit+=+dirty
       start=$(date +%s)
       (cd "$wd" && snakemake -c2 all --configfile "${files[@]}" \
         --config seed="$seed" "rewards={scheme: $scheme}" ${epochs:+epochs=$epochs} > snakemake.log 2>&1)

@@ -164,9 +164,9 @@ def move_branches(
 ) -> list[dict | None]:
     """Per row, what reading its move needs, or None (instruction rows, rows without legal
     moves): ``forms`` (token ids of each legal move's forms, each a whole reply: the
-    form's tokens and the end token, as a target is encoded), ``form_move`` (the legal move of each form, by index), ``n_moves`` and
-    ``move`` (the index of the row's move among the legal ones, -1 when it names none or
-    an illegal one). The forms are the game's (``Game.move_forms``), the game named in the
+    form's tokens and the end token, as a target is encoded), ``form_move`` (the legal
+    move of each form, by index), ``n_moves`` and ``move`` (the index of the row's move
+    among the legal ones, -1 when it names none or an illegal one). The forms are the game's (``Game.move_forms``), the game named in the
     table's metadata; tokenised as a target is, after the query. With the end token a
     form's probability is that of the reply being the form, so a reply that runs on
     after the move word ("callheck", a rule break in play) is outside every form."""
