@@ -8,10 +8,12 @@ steps (judging, rewards) do not pay for importing torch.
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
 import gc
 import importlib
 import logging
+import os
 import sys
 import time
 
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         rc = int(_load(args._module).run(args) or 0)
         if rc == 0:
             _record_job(args, started)
+            _exit_if_a_group_ran()
         return rc
     except SpagInputError as exc:
         print(f"spag {args.command}: error: {exc}", file=sys.stderr)
@@ -110,6 +113,21 @@ def main(argv: list[str] | None = None) -> int:
         # The step's objects (torch, transformers: millions) need no collection at
         # exit: without this, the interpreter's last garbage collection takes ~1 s.
         gc.freeze()
+
+
+def _exit_if_a_group_ran() -> None:
+    """End a step that ran a process group here, its output and job record written.
+
+    The exit handlers run (trackers finish, logs flush), then the process exits without
+    the interpreter's teardown, where the backends' leftover threads can abort it
+    (``spag.training.distributed.group_ended``)."""
+    distributed = sys.modules.get("spag.training.distributed")
+    if distributed is None or not distributed.group_ended():
+        return
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _record_job(args: argparse.Namespace, started: float) -> None:

@@ -63,13 +63,30 @@ def barrier() -> None:
         dist.barrier()
 
 
+# Whether this process ran a process group (set by ``end_distributed``).
+_GROUP_ENDED = False
+
+
 def end_distributed() -> None:
     """Destroy the process group at the end of a step: NCCL warns on every rank at exit
     when a group is left (and its communicators leak until then)."""
+    global _GROUP_ENDED
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        _GROUP_ENDED = True
+
+
+def group_ended() -> bool:
+    """Whether this process ran a process group and ended it (``end_distributed``).
+
+    Its backends' threads outlive the group (DeepSpeed and the Trainer still hold it)
+    and are torn down with the interpreter: gloo's, in an order that can abort a rank
+    (``terminate called without an active exception``) after its output is written, which
+    would fail the finished job and have Snakemake delete that output. Such a process
+    exits without the native teardown (``spag.cli``)."""
+    return _GROUP_ENDED
 
 
 def weights_dtype(bf16: bool, deepspeed: str | None, adapter: bool = False) -> str | None:
