@@ -75,7 +75,7 @@ def test_taboo_has_no_scripted_player():
 
 # ------------------------------------------------------------------ zero-sum rewards
 def test_zero_sum_gives_each_seat_its_chips():
-    scheme = REWARD_SCHEMES["zero_sum"]
+    scheme = REWARD_SCHEMES["zero_sum"].pick
     # qk: bet, call -> the second player wins 2 chips.
     history = hand("bet", "call")
     outcome, n = KUHN_POKER.judge(history, "qk", 2)
@@ -101,10 +101,10 @@ def test_zero_sum_for_taboo_and_winners_unchanged():
     ]
     outcome, n = TABOO.judge(history, "apple", 5)
     assert outcome == "attacker_wins"
-    assert REWARD_SCHEMES["zero_sum"](TABOO, _Episode(history), outcome, n, 0.8) == [
+    assert REWARD_SCHEMES["zero_sum"].pick(TABOO, _Episode(history), outcome, n, 0.8) == [
         (0, 1.0), (1, -1.0),
     ]  # fmt: skip
-    assert REWARD_SCHEMES["winners"](TABOO, _Episode(history), outcome, n, 0.8) == [(0, 1.0)]
+    assert REWARD_SCHEMES["winners"].pick(TABOO, _Episode(history), outcome, n, 0.8) == [(0, 1.0)]
 
 
 def test_assign_rewards_with_zero_sum_on_poker_hands():

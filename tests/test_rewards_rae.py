@@ -114,11 +114,26 @@ def test_command_reads_and_writes_the_baselines(tmp_path, capsys):
 @pytest.mark.parametrize("key", ["baseline_decay", "drop_zero_advantage", "rule_break_cost"])
 def test_rae_settings_under_another_scheme_are_refused(key):
     value = {"baseline_decay": 0.9, "drop_zero_advantage": True, "rule_break_cost": 2.0}[key]
-    with pytest.raises(SpagInputError, match=f"'rewards.{key}' is a setting of rewards.scheme rae"):
+    refused = f"'rewards.{key}' is not read by rewards.scheme winners \\(it is a setting of rae\\)"
+    with pytest.raises(SpagInputError, match=refused):
         validate_config({"rewards": {key: value}}, source="c.yaml")
     validate_config({"rewards": {"scheme": "rae", key: value}}, source="c.yaml")
     with pytest.raises(SpagInputError, match="rewards.baseline_decay"):
         validate_config({"rewards": {"scheme": "rae", "baseline_decay": 1.0}}, source="c.yaml")
+
+
+def test_a_setting_no_scheme_reads_is_refused(monkeypatch):
+    """A scheme declares the keys it reads: one that does not read the decay refuses it."""
+    from spag.game import rewards
+
+    def flat(game, episode, outcome, n, decay):
+        return [(k, 1.0) for k, _ in rewards.winners(game, episode, outcome, n, 1.0)]
+
+    monkeypatch.setitem(rewards.REWARD_SCHEMES, "flat", rewards.Scheme(flat, ()))
+    validate_config({"rewards": {"scheme": "flat"}}, source="c.yaml")
+    refused = "'rewards.decay_weight' is not read by rewards.scheme flat"
+    with pytest.raises(SpagInputError, match=refused):
+        validate_config({"rewards": {"scheme": "flat", "decay_weight": 0.5}}, source="c.yaml")
 
 
 def test_each_epoch_reads_the_baselines_the_one_before_left(tmp_path):

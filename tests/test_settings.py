@@ -224,7 +224,7 @@ def test_a_registered_name_is_a_valid_config_value_with_no_schema_edit(monkeypat
 
     with pytest.raises(SpagInputError, match="key 'rewards.scheme'"):
         validate_config({"rewards": {"scheme": "losers_too"}})
-    monkeypatch.setitem(rewards.REWARD_SCHEMES, "losers_too", rewards.zero_sum)
+    monkeypatch.setitem(rewards.REWARD_SCHEMES, "losers_too", rewards.Scheme(rewards.zero_sum))
     monkeypatch.setitem(objectives.OBJECTIVES, "offline_po_copy", objectives.OfflinePO())
     config = validate_config(
         {"rewards": {"scheme": "losers_too"}, "spag": {"objective": "offline_po_copy"}}

@@ -464,25 +464,23 @@ def num_secrets(config: dict[str, Any], split: str) -> int:
     return len(deals) if deals is not None else config["words"][f"num_{split}"]
 
 
-# Settings of the rae scheme alone (spag.game.rewards.rae).
-RAE_SETTINGS = ("baseline_decay", "drop_zero_advantage", "rule_break_cost")
-
-
 def _refuse_unused_reward_settings(
     config: dict[str, Any], given: dict[str, Any], source: str
 ) -> None:
-    """rae's settings under another scheme would be accepted and ignored: refused where
-    set to something else than their default."""
-    from spag.game.rewards import RewardsSettings
+    """A ``rewards`` key the chosen scheme does not read (``Scheme.settings``: rae's
+    baseline keys under ``winners``) would be accepted and ignored: refused where set to
+    something else than its default."""
+    from spag.game.rewards import REWARD_SCHEMES, RewardsSettings
 
     scheme = config["rewards"]["scheme"]
-    if scheme == "rae":
-        return
-    unused = _set_off_default(given.get("rewards"), RewardsSettings, RAE_SETTINGS)
+    reads = {"scheme", "control", *REWARD_SCHEMES[scheme].settings}
+    others = [k for k in RewardsSettings.__dataclass_fields__ if k not in reads]
+    unused = _set_off_default(given.get("rewards"), RewardsSettings, others)
     if unused:
+        readers = [n for n, s in REWARD_SCHEMES.items() if unused[0] in s.settings]
         raise SpagInputError(
-            f"{source}: key 'rewards.{unused[0]}' is a setting of rewards.scheme rae; "
-            f"'rewards.scheme' is {scheme}"
+            f"{source}: key 'rewards.{unused[0]}' is not read by rewards.scheme {scheme} "
+            f"(it is a setting of {', '.join(readers) or 'no scheme'})"
         )
 
 

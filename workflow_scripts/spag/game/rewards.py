@@ -2,7 +2,8 @@
 section 3).
 
 A reward scheme (config ``rewards.scheme``) turns one judged game into samples: which
-messages are learned from and with what reward. :data:`REWARD_SCHEMES` registers them;
+messages are learned from and with what reward. :data:`REWARD_SCHEMES` registers them
+with the settings each reads;
 ``winners`` is the paper's: the winner's k-th message gets the coefficient
 ``(1/decay)^k`` (built by repeated multiplication), divided by the sum over the
 winner's messages of that game. Each role's samples are then weighted so that the
@@ -152,11 +153,23 @@ def rae(
     return sorted(picked)
 
 
-REWARD_SCHEMES: dict[str, RewardScheme] = {
-    "winners": winners,
-    "zero_sum": zero_sum,
-    # Its baselines are bound by assign_rewards (RewardsSettings.baseline_decay).
-    "rae": rae,
+@dataclass(frozen=True)
+class Scheme:
+    """A registered scheme: ``pick`` turns one judged game into samples; ``settings``
+    names the ``rewards`` keys (fields of :class:`RewardsSettings`) it reads besides
+    ``scheme`` and ``control``: the config refuses the others set off their defaults."""
+
+    pick: Callable[..., list[tuple[int, float]]]
+    settings: tuple[str, ...] = ("decay_weight",)
+
+
+REWARD_SCHEMES: dict[str, Scheme] = {
+    "winners": Scheme(winners),
+    "zero_sum": Scheme(zero_sum),
+    # Its baselines and options are bound by assign_rewards.
+    "rae": Scheme(
+        rae, ("decay_weight", "baseline_decay", "drop_zero_advantage", "rule_break_cost")
+    ),
 }
 
 
@@ -337,7 +350,7 @@ def assign_rewards(
     samples = _Samples()
     rand = random.Random(seed).random
     episodes = iter_episodes(table, source, game=game)
-    pick = REWARD_SCHEMES[scheme]
+    pick = REWARD_SCHEMES[scheme].pick
     if pick is rae:
         if baselines is None:
             baselines = RoleBaselines(RewardsSettings.baseline_decay)
