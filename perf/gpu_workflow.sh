@@ -95,7 +95,7 @@ fi
 [[ $WHEEL_STATUS == missing ]] && WHEEL_STATUS=failed
 export PYTHONPATH="$SITE:$REPO/workflow_scripts${PYTHONPATH:+:$PYTHONPATH}"
 
-# -- `spag` as the rules call it: the package's entry point is spag.cli:main, which is
+# -- `spag` as the rules call it: the package's entry point is spag.cli:run, which is
 # what `python -m spag` runs.
 mkdir -p "$WORK/bin"
 printf '#!/usr/bin/env bash\nexec "%s" -m spag "$@"\n' "$PY" >"$WORK/bin/spag"

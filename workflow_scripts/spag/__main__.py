@@ -1,8 +1,6 @@
-import sys
-
-from spag.cli import main
+from spag.cli import run
 
 # Guarded: a process spawned by multiprocessing (vLLM's engine core under spawn)
 # imports this module again and must not run the command a second time.
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

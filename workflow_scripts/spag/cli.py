@@ -95,7 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         rc = int(_load(args._module).run(args) or 0)
         if rc == 0:
             _record_job(args, started)
-            _exit_if_a_group_ran()
         return rc
     except SpagInputError as exc:
         print(f"spag {args.command}: error: {exc}", file=sys.stderr)
@@ -115,19 +114,23 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()
 
 
-def _exit_if_a_group_ran() -> None:
-    """End a step that ran a process group here, its output and job record written.
+def run() -> None:
+    """The ``spag`` command (console script, ``python -m spag``): :func:`main`, then the
+    process's exit.
 
-    The exit handlers run (trackers finish, logs flush), then the process exits without
-    the interpreter's teardown, where the backends' leftover threads can abort it
-    (``spag.training.distributed.group_ended``)."""
+    A step that ran a process group here (training) leaves without the interpreter's
+    teardown, its output and job record written and its exit handlers run (trackers
+    finish, logs flush): the backends' leftover threads can abort it there
+    (``spag.training.distributed.group_ended``). Callers of :func:`main` in a process
+    that goes on are not ended."""
+    rc = main()
     distributed = sys.modules.get("spag.training.distributed")
-    if distributed is None or not distributed.group_ended():
-        return
-    atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    if rc == 0 and distributed is not None and distributed.group_ended():
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    sys.exit(rc)
 
 
 def _record_job(args: argparse.Namespace, started: float) -> None:
@@ -144,4 +147,4 @@ def _record_job(args: argparse.Namespace, started: float) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
