@@ -123,9 +123,10 @@ def run() -> None:
     finish, logs flush): the backends' leftover threads can abort it there
     (``spag.training.distributed.group_ended``). Callers of :func:`main` in a process
     that goes on are not ended."""
+    from spag.training.distributed import group_ended  # no torch at import
+
     rc = main()
-    distributed = sys.modules.get("spag.training.distributed")
-    if rc == 0 and distributed is not None and distributed.group_ended():
+    if rc == 0 and group_ended():
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()

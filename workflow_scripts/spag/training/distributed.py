@@ -85,7 +85,7 @@ def group_ended() -> bool:
     and are torn down with the interpreter: gloo's, in an order that can abort a rank
     (``terminate called without an active exception``) after its output is written, which
     would fail the finished job and have Snakemake delete that output. Such a process
-    exits without the native teardown (``spag.cli``)."""
+    exits without the native teardown (``spag.cli.run``)."""
     return _GROUP_ENDED
 
 
