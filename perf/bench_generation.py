@@ -104,12 +104,12 @@ class GenerateBackend:
         import torch
         from transformers import GenerationConfig
 
-        from spag.generation.base import MIN_NEW_TOKENS, Reply
+        from spag.generation.base import Reply
 
         encoded = self.encoder.encode(prompts, self.max_length - sampling.max_new_tokens)
         config = GenerationConfig(
             max_new_tokens=sampling.max_new_tokens,
-            min_new_tokens=MIN_NEW_TOKENS,
+            min_new_tokens=sampling.min_new_tokens,
             do_sample=not sampling.greedy,
             temperature=sampling.temperature,
             top_k=sampling.top_k,

@@ -8,7 +8,7 @@ import pytest
 
 from spag.errors import SpagInputError
 from spag.game.settings import GameSettings
-from spag.generation.base import check_model_dir, context_budget, derive_seed
+from spag.generation.base import check_model_dir, check_moves_fit, context_budget, derive_seed
 from spag.generation.registry import BACKENDS, MODEL_BACKENDS, backend_options, load_backend
 from spag.generation.settings import Sampling
 from spag.models.rendering import PromptRenderer
@@ -182,7 +182,7 @@ def test_hf_greedy_equals_plain_generate_one_at_a_time(backend):
     replies = _gen(backend, texts, greedy=True, max_new_tokens=8)
     config = GenerationConfig(
         max_new_tokens=8,
-        min_new_tokens=2,
+        min_new_tokens=Sampling().min_new_tokens,
         do_sample=False,
         eos_token_id=backend.eos_ids,
         pad_token_id=backend.pad_id,
@@ -211,16 +211,35 @@ def test_hf_same_seed_same_replies_and_order_kept(backend):
     assert [r.text for r in batched] == [r.text for r in single]
 
 
-def test_hf_eos_stops_a_reply_but_not_before_two_tokens(backend):
+@pytest.mark.parametrize("minimum", [2, 1, 0])
+def test_hf_eos_stops_a_reply_but_not_before_its_minimum(backend, minimum):
     eos = backend.eos_ids[0]
     hook = _bias_logits(backend, {eos: 1e4})
     try:
-        replies = _gen(backend, PROMPTS, max_new_tokens=20)
+        replies = _gen(backend, PROMPTS, max_new_tokens=20, min_new_tokens=minimum)
     finally:
         hook.remove()
     for r in replies:
         assert r.finished_by_eos
-        assert r.num_tokens == 3  # two forced tokens, then EOS
+        assert r.num_tokens == minimum + 1  # the forced tokens, then EOS
+
+
+def test_a_minimum_a_move_cannot_meet_is_refused_naming_the_replies(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from spag.game.kuhn_poker import KUHN_POKER
+    from spag.game.taboo import TABOO
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    lengths = {
+        f: len(tok.encode(f, add_special_tokens=False)) for f in KUHN_POKER.move_forms("bet")
+    }
+    assert lengths == {"bet": 2, "Bet": 2, " bet": 2, " Bet": 3}  # the tiny tokenizer's
+    with pytest.raises(SpagInputError, match=r"selfplay\.min_new_tokens is 3.*'bet' \(2\)") as err:
+        check_moves_fit(KUHN_POKER, tok, 3, "tiny")
+    assert "' Bet'" not in str(err.value)  # three tokens: it can end
+    check_moves_fit(KUHN_POKER, tok, 2, "tiny")
+    check_moves_fit(TABOO, tok, 5, "tiny")  # free text: no move to fit
 
 
 def test_hf_endless_reply_is_cut_and_marked(backend):

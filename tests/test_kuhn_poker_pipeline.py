@@ -138,6 +138,19 @@ def test_poker_defaults_come_from_the_game():
     assert taboo["data"]["imitation"] == "data/demo_games.json"
 
 
+def test_a_move_game_takes_replies_of_one_token_unless_set():
+    """Kuhn Poker's replies are one word, which a tokenizer may have as one token: the
+    end of the turn may follow it. Taboo keeps the project's two-token minimum."""
+    kuhn = validate_config(
+        _config(game={"name": "kuhn_poker"}), given={"game": {"name": "kuhn_poker"}}
+    )
+    assert kuhn["selfplay"]["min_new_tokens"] == 1
+    assert validate_config(_config())["selfplay"]["min_new_tokens"] == 2
+    layers = {"game": {"name": "kuhn_poker"}, "selfplay": {"min_new_tokens": 2}}
+    kept = validate_config(_config(**copy.deepcopy(layers)), given=layers)
+    assert kept["selfplay"]["min_new_tokens"] == 2
+
+
 @pytest.mark.parametrize(
     "layers, key",
     [

@@ -70,6 +70,13 @@ def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model
     backend.generate(["hi there"], replace(sampled, greedy=True), seed=3)
     (greedy,) = _FakeLLM.last["params"]
     assert greedy["temperature"] == 0.0 and greedy["top_k"] == 0  # no filter when greedy
+    assert greedy["min_tokens"] == 2  # a reply's minimum holds in greedy decoding too
+
+    # The minimum as set, and never above the reply's maximum (vLLM refuses that).
+    backend.generate(["hi there"], replace(sampled, min_new_tokens=1), seed=3)
+    assert _FakeLLM.last["params"][0]["min_tokens"] == 1
+    backend.generate(["hi there"], replace(sampled, max_new_tokens=3, min_new_tokens=5), seed=3)
+    assert _FakeLLM.last["params"][0]["min_tokens"] == 3
 
 
 def test_vllm_request_seed_follows_the_game_not_its_batch_position(fake_vllm, tiny_model_dir):

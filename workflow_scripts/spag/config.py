@@ -396,6 +396,11 @@ def _game_defaults(
         config["game"]["prompts"] = game.prompts_file
     if config["data"]["imitation"] is None:
         config["data"]["imitation"] = game.demonstrations
+    if game.move_set is not None and "min_new_tokens" not in (given.get("selfplay") or {}):
+        # A reply is one move word, and a tokenizer may have it as one token: a longer
+        # minimum would forbid the end of the turn after it (spag play checks a minimum
+        # set here against the model's tokenizer).
+        config["selfplay"]["min_new_tokens"] = 1
     name = f"game.name '{game.name}'"
     if game.deals is not None:
         keys = _given_keys(given, "words", schema)

@@ -167,6 +167,12 @@ def run(args: argparse.Namespace) -> int:
             backends[OPPONENT] = (
                 backends[POLICY] if same else load_backend(c.backend, c.opponent, **opts)
             )
+        from spag.generation.base import check_moves_fit
+
+        for key, backend in backends.items():
+            tokenizer = getattr(backend, "tokenizer", None)  # an endpoint's is not here
+            if tokenizer is not None:
+                check_moves_fit(game, tokenizer, sampling.min_new_tokens, names[key])
 
     started = time.perf_counter()
     bar = _progress_bar(len(specs), disabled=c.no_progress)

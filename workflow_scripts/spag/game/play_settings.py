@@ -231,6 +231,8 @@ def eval_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
             config, e["gpu_memory_utilization"], e["opponent_gpu_memory_utilization"]
         ),
         "max_new_tokens": e["max_new_tokens"],
+        # A reply's shortest length is the game's, the same in self-play and evaluation.
+        "min_new_tokens": config["selfplay"]["min_new_tokens"],
         "batch_size": e["batch_size"],
         "greedy": True,
     }

@@ -20,9 +20,6 @@ from spag.errors import SpagInputError
 from spag.generation.settings import Sampling, SelfplaySettings
 from spag.models.tokenizer import TOKENIZER_FILES
 
-# No reply may be empty of tokens: EOS is forbidden for the first tokens.
-MIN_NEW_TOKENS = 2
-
 
 @dataclass(frozen=True)
 class Reply:
@@ -203,3 +200,25 @@ def stop_token_ids(renderer: Any, model_dir: str | Path) -> list[int]:
             if isinstance(v, int) and v not in ids:
                 ids.append(v)
     return ids
+
+
+def check_moves_fit(game: Any, tokenizer: Any, min_new_tokens: int, model: str) -> None:
+    """Refuse a reply minimum that a game's moves cannot meet: with a closed move set,
+    each whole reply that names a move (``game.move_forms``) must be able to end there,
+    so must be at least ``min_new_tokens`` tokens long (SmolLM2 has ``bet`` as one)."""
+    if game.move_set is None or min_new_tokens <= 1:
+        return
+    short = {
+        form: n
+        for move in game.move_set
+        for form in game.move_forms(move)
+        if (n := len(tokenizer.encode(form, add_special_tokens=False))) < min_new_tokens
+    }
+    if short:
+        shown = ", ".join(f"{form!r} ({n})" for form, n in short.items())
+        raise SpagInputError(
+            f"selfplay.min_new_tokens is {min_new_tokens}, but the {game.name} replies "
+            f"{shown} are fewer tokens under the tokenizer of {model}: the end of the turn "
+            "is forbidden before the minimum, so such a move could never be played alone "
+            "(set selfplay.min_new_tokens: 1)"
+        )

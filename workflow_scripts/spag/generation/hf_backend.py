@@ -3,7 +3,7 @@
 All prompts of a call are encoded (one BOS, left truncation), sorted longest
 first and decoded in a fixed set of slots (at most ``batch_size``, as many as fit
 the batch memory): a slot whose reply ends (EOS, no earlier than
-``MIN_NEW_TOKENS``, or ``max_new_tokens``) takes the next waiting prompt, so the
+``min_new_tokens``, or ``max_new_tokens``) takes the next waiting prompt, so the
 batch stays full until the call runs out of prompts, and then shrinks to the
 slots still decoding (:class:`_Slots`). The prompt prefix that all prompts share
 (the game rules) is computed once, kept across calls, and read once per decoding
@@ -26,7 +26,6 @@ from pathlib import Path
 
 from spag.errors import SpagInputError
 from spag.generation.base import (
-    MIN_NEW_TOKENS,
     Backend,
     Reply,
     context_budget,
@@ -551,11 +550,11 @@ class _Slots:
         since = 0
         while True:
             logits = self.logits
-            # No reply may be empty: EOS is forbidden for a slot's first tokens.
+            # EOS is forbidden for a slot's first tokens (Sampling.min_new_tokens).
             young = [
                 r
                 for r, i in enumerate(self.slot)
-                if i is not None and self.steps[r] < MIN_NEW_TOKENS
+                if i is not None and self.steps[r] < sampling.min_new_tokens
             ]
             if young:
                 rows = torch.tensor(young, device=b.device)

@@ -49,6 +49,14 @@ class SamplingSettings(Checked):
         le=1,
         greedy=1.0,
     )
+    min_new_tokens: int = opt(
+        2,
+        "tokens a reply has at least: the end of the turn is forbidden before them (the "
+        "research code sets none: 0); a game with a closed set of moves takes 1 unless "
+        "set (a move may be one token)",
+        ge=0,
+        engine="min_tokens",
+    )
 
 
 def sampling_knobs() -> tuple[str, ...]:

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from spag.errors import SpagInputError
 from spag.generation.base import (
-    MIN_NEW_TOKENS,
     Backend,
     Reply,
     context_budget,
@@ -102,13 +101,14 @@ class VLLMBackend(Backend):
 
         max_new_tokens = sampling.max_new_tokens
         encoded = self.encoder.encode(prompts, self.max_length - max_new_tokens)
-        # The knobs by vLLM's names (top_k 0: no filter, as in vLLM).
+        # The knobs by vLLM's names (top_k 0: no filter, as in vLLM); vLLM refuses a
+        # minimum above the maximum.
         knobs = sampling.engine_params()
+        knobs["min_tokens"] = min(knobs["min_tokens"], int(max_new_tokens))
         params = [
             SamplingParams(
                 n=1,
                 **knobs,
-                min_tokens=min(MIN_NEW_TOKENS, int(max_new_tokens)),
                 stop_token_ids=self.eos_ids,
                 seed=seeds[i],
                 skip_special_tokens=True,
