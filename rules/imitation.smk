@@ -117,10 +117,16 @@ rule imitation_samples:
         seed=config["seed"],
         # Teacher games must show both roles won (a released file is taken as it is).
         both_roles="--require-both-roles data.teacher" if TEACHER else "",
+        # Only where set: with the winners the command stays that of earlier runs.
+        imitate=(
+            " --imitate every"
+            if SCRIPTED and config["data"]["scripted"]["imitate"] == "every"
+            else ""
+        ),
     shell:
         "exec spag imitation-samples --input {input.data:q} --prompts {input.prompts:q}"
         " --output {output:q} --seed {params.seed} {params.both_roles} --game {params.game}"
-        " > {log:q} 2>&1"
+        "{params.imitate} > {log:q} 2>&1"
 
 
 rule score_imitation:

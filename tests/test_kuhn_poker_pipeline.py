@@ -25,7 +25,7 @@ from spag.evaluation.strategy import (
 from spag.game import kuhn_poker as kuhn
 from spag.game.base import load_game
 from spag.game.kuhn_poker import KUHN_POKER, infoset_prompt, play_hand
-from spag.game.rewards import REWARD_SCHEMES, assign_rewards
+from spag.game.rewards import REWARD_SCHEMES, assign_rewards, imitation_samples
 from spag.game.scripted import scripted_games
 from spag.game.taboo import TABOO
 
@@ -117,6 +117,30 @@ def test_assign_rewards_with_zero_sum_on_poker_hands():
     assert min(rewards) < 0 < max(rewards)
     assert zero.num_rows > winners.num_rows  # the losers' moves too
     assert sum(rewards) == pytest.approx(0.0, abs=1e-9)  # zero-sum, hand by hand
+
+
+def test_m0_imitates_every_scripted_move_or_only_the_winners():
+    """Folding never wins a hand: the winners' moves hold no fold, so an M0 imitating
+    them never folds; every move of the scripted hands holds each legal move."""
+    table = scripted_games(KUHN_POKER, KUHN_POKER.deals, 20, seed=1, max_turns=2)
+    messages = sum(len(h) for h in table.column("history").to_pylist())
+    winners = imitation_samples(table, seed=0, source="t", game=KUHN_POKER)
+    every = imitation_samples(table, seed=0, source="t", game=KUHN_POKER, imitate="every")
+    assert "fold" not in winners.column("move").to_pylist()
+    assert every.num_rows == messages  # no hand breaks a rule
+    moves = every.column("move").to_pylist()
+    assert set(moves) == set(KUHN_POKER.move_set)
+    assert set(every.column("reward").to_pylist()) == {1.0}
+    assert set(every.column("weight").to_pylist()) == {1.0}
+    with pytest.raises(SpagInputError, match="imitate 'all'"):
+        imitation_samples(table, seed=0, source="t", game=KUHN_POKER, imitate="all")
+
+
+def test_scripted_settings_without_scripted_demonstrations_are_refused():
+    layers = {"game": {"name": "kuhn_poker"}, "data": {"imitation": "data/demo_games.json",
+              "scripted": {"imitate": "every"}}}  # fmt: skip
+    with pytest.raises(SpagInputError, match=r"data\.scripted\.imitate' means nothing unless"):
+        validate_config(_config(**copy.deepcopy(layers)), given=layers)
 
 
 # ------------------------------------------------------------------ config

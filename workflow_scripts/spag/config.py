@@ -427,6 +427,13 @@ def _game_defaults(
                 f"{source}: key '{keys[0]}': {name} has no scripted player; give "
                 "demonstration games (data.imitation) or a teacher"
             )
+    elif config["data"]["imitation"] != "scripted":
+        keys = _given_keys(given, "data.scripted", schema)
+        if keys:
+            raise SpagInputError(
+                f"{source}: key '{keys[0]}' means nothing unless data.imitation is "
+                f"'scripted' (it is {config['data']['imitation']!r})"
+            )
 
 
 def _check_hints(config: dict[str, Any], source: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from spag.game.rewards import IMITATE
 from spag.game.settings import GameSettings
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the randomised prompts")
     p.add_argument("--prompts", default=None, help="prompts YAML (default: the game's shipped one)")
     p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
+    p.add_argument(
+        "--imitate",
+        choices=IMITATE,
+        default=IMITATE[0],
+        help="winners: the winner's messages of decisive games; every: every message of "
+        "every game without a rule break (config data.scripted.imitate)",
+    )
     p.add_argument(
         "--require-both-roles",
         metavar="KEY",
@@ -48,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         instructions_source=names,
         both_roles_key=args.require_both_roles,
         game=game,
+        imitate=args.imitate,
     )
     write_parquet(samples, args.output)
     log.info("%s: %d imitation samples from %s", args.output, samples.num_rows, names)

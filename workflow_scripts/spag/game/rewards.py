@@ -383,6 +383,18 @@ def _imitate(
     return [(k, 1.0) for k, _ in winners(game, episode, outcome, n, decay)]
 
 
+def _imitate_every(
+    game: Game, episode: Episode, outcome: str, n: int, decay: float
+) -> list[tuple[int, float]]:
+    # Every message of a game nobody broke, reward 1.0 each: the demonstrator's policy
+    # itself (a loser's moves too: Kuhn Poker's fold is never a winner's move).
+    return [] if game.rule_breaker(outcome) else [(k, 1.0) for k in range(n)]
+
+
+# Which messages of demonstration games M0 imitates (config data.scripted.imitate).
+IMITATE = ("winners", "every")
+
+
 def imitation_samples(
     episodes_table: pa.Table | None = None,
     instructions: pa.Table | None = None,
@@ -393,10 +405,12 @@ def imitation_samples(
     instructions_source: str = "instructions",
     both_roles_key: str | None = None,
     game: Game,
+    imitate: str = "winners",
 ) -> pa.Table:
-    """Imitation data: the winner's messages of decisive demonstration games
-    (type ``game``, reward 1.0, weight 1.0, randomised prompts), then instruction
-    rows (``query``/``target``) as they are (type ``sft``, reward 1.0, weight 1.0).
+    """Imitation data: the winner's messages of decisive demonstration games (with
+    ``imitate="every"``: every message of every game without a rule break), type
+    ``game``, reward 1.0, weight 1.0, randomised prompts; then instruction rows
+    (``query``/``target``) as they are (type ``sft``, reward 1.0, weight 1.0).
 
     With ``both_roles_key`` (the config key that made the games, e.g. a teacher's),
     games won by only one role are refused naming it: M0 would never see the other
@@ -408,8 +422,11 @@ def imitation_samples(
         episodes = iter_episodes(table, source, game=game)
         prompts = prompts if prompts is not None else game.load_prompts()
         rand = random.Random(seed).random
+        if imitate not in IMITATE:
+            raise SpagInputError(f"imitate {imitate!r}: choose one of {', '.join(IMITATE)}")
+        pick = _imitate if imitate == "winners" else _imitate_every
         sampled, outcomes = _game_rows(
-            game, episodes, prompts, rand, _imitate, lambda r: 1.0, samples, 1.0
+            game, episodes, prompts, rand, pick, lambda r: 1.0, samples, 1.0
         )
         counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
         if not sampled:
