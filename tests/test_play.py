@@ -475,3 +475,29 @@ def test_killed_play_leaves_no_output(tiny_model_dir, tmp_path):
     assert not out.exists()
     leftovers = list(out.parent.glob("*.parquet")) if out.parent.exists() else []
     assert leftovers == []
+
+
+def test_a_journal_key_survives_an_upgrade_that_adds_a_flag_at_its_default(
+    tiny_model_dir, words_file, tmp_path
+):
+    """A killed shard resumes from its journal after an upgrade that adds a flag: the
+    key leaves out flags at their defaults, and an older parser had no such flag."""
+    import argparse
+
+    from spag.commands import play
+
+    parser = argparse.ArgumentParser()
+    play.add_arguments(parser)
+    line = ["--model", str(tiny_model_dir), "--words", str(words_file)]
+    line += ["--output", str(tmp_path / "shard.parquet"), "--max-new-tokens", "6"]
+    words = ["apple"]
+    now = parser.parse_args(line)
+    before = argparse.Namespace(**vars(now))
+    del before.min_new_tokens  # a flag the earlier parser did not have
+    assert play._journal_key(now, words) == play._journal_key(before, words)
+    # A flag away from its default is the shard's setting: another key.
+    changed = parser.parse_args([*line, "--min-new-tokens", "1"])
+    assert play._journal_key(changed, words) != play._journal_key(now, words)
+    assert play._journal_key(parser.parse_args([*line, "--max-new-tokens", "7"]), words) != (
+        play._journal_key(now, words)
+    )

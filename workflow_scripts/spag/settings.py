@@ -368,6 +368,13 @@ def step_flags(cls: type, **options: Any) -> str:
     return cli_flags(**kept)
 
 
+def off_default(cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (by field name) without those at ``cls``'s own default: what a new
+    setting added at its default leaves as it was (a journal's key, a command line)."""
+    defaults = {f.name: _default(f) for f in dataclasses.fields(cls) if not _required(f)}
+    return {k: v for k, v in values.items() if k not in defaults or not _same(v, defaults[k])}
+
+
 def _same(value: Any, default: Any) -> bool:
     """Equal as the step would hold them (2 and 2.0 alike; 1 and True not)."""
     if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):

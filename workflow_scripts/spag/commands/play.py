@@ -250,19 +250,24 @@ def _journal_key(args: argparse.Namespace, words: list[str]) -> str:
     """What decides the shard's games: the flags, its words, the prompts and the models.
 
     Built from the parsed command line, flag by flag, so that a journal left by an
-    earlier job with the same flags resumes."""
+    earlier job with the same flags resumes; a flag at its default is left out, so that
+    one added by an upgrade (at its default) keeps the key of a killed shard's journal."""
     import hashlib
 
     from spag.game.base import load_game
     from spag.generation.openai_backend import is_endpoint_spec
     from spag.ops.journal import fingerprint
+    from spag.settings import off_default
     from spag.training.scoring import model_identity
 
-    parts = {
-        k: v
-        for k, v in sorted(vars(args).items())
-        if not k.startswith("_") and k not in _NOT_IN_JOURNAL_KEY
-    }
+    parts = off_default(
+        PlayConfig,
+        {
+            k: v
+            for k, v in sorted(vars(args).items())
+            if not k.startswith("_") and k not in _NOT_IN_JOURNAL_KEY
+        },
+    )
     parts["words"] = words
     prompts = Path(args.prompts or load_game(args.game).default_prompts_path())
     parts["prompts_sha256"] = hashlib.sha256(prompts.read_bytes()).hexdigest()
