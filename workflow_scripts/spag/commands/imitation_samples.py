@@ -25,8 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--game", default=GameSettings.name, help="the game (config game.name)")
     p.add_argument(
         "--imitate",
-        choices=IMITATE,
-        default=IMITATE[0],
+        choices=tuple(IMITATE),
+        default="winners",
         help="winners: the winner's messages of decisive games; every: every message of "
         "every game without a rule break (config data.scripted.imitate)",
     )

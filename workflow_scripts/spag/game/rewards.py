@@ -392,7 +392,7 @@ def _imitate_every(
 
 
 # Which messages of demonstration games M0 imitates (config data.scripted.imitate).
-IMITATE = ("winners", "every")
+IMITATE = {"winners": _imitate, "every": _imitate_every}
 
 
 def imitation_samples(
@@ -424,9 +424,8 @@ def imitation_samples(
         rand = random.Random(seed).random
         if imitate not in IMITATE:
             raise SpagInputError(f"imitate {imitate!r}: choose one of {', '.join(IMITATE)}")
-        pick = _imitate if imitate == "winners" else _imitate_every
         sampled, outcomes = _game_rows(
-            game, episodes, prompts, rand, pick, lambda r: 1.0, samples, 1.0
+            game, episodes, prompts, rand, IMITATE[imitate], lambda r: 1.0, samples, 1.0
         )
         counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
         if not sampled:
