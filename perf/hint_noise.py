@@ -15,7 +15,9 @@ only which guess counts changes). Writes per seed ``ranks.parquet`` and
 ``swapped.parquet`` (the hint tables' rows) and prints, per seed and pooled, for each
 rank: the mean over dialogues of the first, best and mean message's reciprocal rank
 with its 95% interval (secrets resampled), the chance level, and the shares of the
-messages' variance between secrets and among identical (secret, message) pairs.
+messages' variance between secrets (over the distinct (secret, message) pairs, beside
+its chance level and the excess over it) and among identical (secret, message) pairs.
+Seed tables already written are read, not scored again.
 """
 
 from __future__ import annotations
@@ -50,15 +52,23 @@ def main() -> int:
     from spag.game.taboo import TABOO
 
     torch.set_num_threads(args.threads)
-    listener_dir = args.listener
-    if listener_dir is None:
-        from spag.ops.base_model import prepare_base_model
+    listener = None
 
-        listener_dir = args.output / "listener"
-        if not (listener_dir / "config.json").is_file():
-            prepare_base_model("smollm2-135m-instruct", listener_dir)
-    listener = Listener(listener_dir, prompt_format="chat", dtype="float32", device="cpu",
-                        trust_remote_code=False)  # fmt: skip
+    def the_listener() -> Listener:
+        """The listener, built the first time a seed's table has to be scored."""
+        nonlocal listener
+        if listener is None:
+            listener_dir = args.listener
+            if listener_dir is None:
+                from spag.ops.base_model import prepare_base_model
+
+                listener_dir = args.output / "listener"
+                if not (listener_dir / "config.json").is_file():
+                    prepare_base_model("smollm2-135m-instruct", listener_dir)
+            listener = Listener(listener_dir, prompt_format="chat", dtype="float32",
+                                device="cpu", trust_remote_code=False)  # fmt: skip
+        return listener
+
     prompts = TABOO.load_prompts(str(REPO / "data/prompts.yaml"))
     tables: dict[str, list] = {"own": [], "swapped": []}
     lines = []
@@ -87,7 +97,7 @@ def main() -> int:
         for kind, eps in (("own", dialogues), ("swapped", swapped)):
             path = out / ("ranks.parquet" if kind == "own" else "swapped.parquet")
             if not path.is_file():
-                table = hint_ranks(listener, TABOO, prompts, eps, words, k=11, seed=int(seed))
+                table = hint_ranks(the_listener(), TABOO, prompts, eps, words, k=11, seed=int(seed))
                 pq.write_table(table, path)
             table = pq.read_table(path)
             tables[kind].append(table)
@@ -112,8 +122,9 @@ def report(title: str, table, summarize_hints, chance_rr) -> list[str]:
         lines.append(
             f"- {rank}: {row['games']} dialogues; MRR first {cell('first')}, best "
             f"{cell('best')}, mean {cell('mean')}; chance {row['mrr_chance']:.3f}; variance "
-            f"between secrets {row['between_secrets_share']:.3f}, among identical messages "
-            f"{row['identical_messages_share']:.3f}"
+            f"between secrets {row['between_secrets_share']:.3f} (by chance "
+            f"{row['between_secrets_chance']:.3f}, excess {row['between_secrets_excess']:+.3f}), "
+            f"among identical messages {row['identical_messages_share']:.3f}"
         )
     return lines
 

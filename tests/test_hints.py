@@ -336,12 +336,42 @@ def test_variance_shares_and_the_mean_message():
     rr = [1.0, 0.25, 0.5, 0.25]
     mean = sum(rr) / 4
     total = sum((v - mean) ** 2 for v in rr)
-    apple = rr[:3]
-    within_secret = sum((v - sum(apple) / 3) ** 2 for v in apple)
     within_identical = (1.0 - 0.75) ** 2 + (0.5 - 0.75) ** 2
     shares = variance_shares(table, "raw")
-    assert shares["between_secrets_share"] == pytest.approx(1 - within_secret / total)
     assert shares["identical_messages_share"] == pytest.approx(within_identical / total)
+    # Between secrets over the distinct (secret, message) pairs at their means: apple
+    # 0.75 and 0.25, river 0.25 (mean 5/12): total 1/6, within apple 1/8, share 1/4;
+    # 2 secrets among 3 pairs give 1/2 by chance; excess (1/4 - 1/2) / (1 - 1/2).
+    assert shares["between_secrets_share"] == pytest.approx(0.25)
+    assert shares["between_secrets_chance"] == pytest.approx(0.5)
+    assert shares["between_secrets_excess"] == pytest.approx(-0.5)
     row = summarize_hints(table, "m", rank="raw")[-1]
     assert row["mrr_mean"] == pytest.approx(((1.0 + 0.25) / 2 + 0.5 + 0.25) / 3)
     assert row["mrr_chance"] == pytest.approx(chance_rr(21))
+
+
+def test_the_between_secrets_chance_is_the_mean_share_over_every_shuffle():
+    """(k - 1) / (n - 1) is the mean of the between-secrets share over every way of
+    dealing the same values to the same secrets (each message said once); a message said
+    three times weighs as one."""
+    import itertools
+
+    values = [1.0, 0.5, 0.2, 0.25, 0.1]
+    words = ["apple", "apple", "river", "river", "stone"]
+    shares = []
+    for perm in set(itertools.permutations(values)):
+        rows = [(f"e{i}", w, "attacker", 1, 1) for i, w in enumerate(words)]
+        shares.append(variance_shares(_table(rows, alone=list(perm)), "message"))
+    chance = shares[0]["between_secrets_chance"]
+    assert chance == pytest.approx((3 - 1) / (5 - 1))
+    assert sum(s["between_secrets_share"] for s in shares) / len(shares) == pytest.approx(chance)
+    assert sum(s["between_secrets_excess"] for s in shares) / len(shares) == pytest.approx(0.0)
+    once = _table([(f"e{i}", w, "attacker", 1, 1) for i, w in enumerate(words)], alone=values)
+    thrice = _table([("e0", "apple", "attacker", t, 1) for t in (1, 2, 3)]
+                    + [(f"e{i}", w, "attacker", 1, 1) for i, w in enumerate(words) if i],
+                    alone=[1.0, 1.0, 1.0, *values[1:]])  # fmt: skip
+    keys = thrice.column("message_key").to_pylist()
+    keys[1] = keys[2] = keys[0]  # the first message, said three times in one dialogue
+    thrice = thrice.set_column(thrice.schema.get_field_index("message_key"), "message_key",
+                               pa.array(keys))  # fmt: skip
+    assert variance_shares(thrice, "message") == pytest.approx(variance_shares(once, "message"))

@@ -26,8 +26,9 @@ as the expected reciprocal rank under a random order of the tied guesses: a mess
 that hints at nothing sits at chance. It is stored as its reciprocal rank
 (``message_rr``). Summaries give each dialogue's first, last, best and mean message,
 and how the scores' variance splits: between secrets (the listener's prior for each
-word) and among identical messages of a secret (what the dialogue around a message
-changes: 0 for the message rank).
+word, and how hintable each word is), beside the share that secrets drawn at random
+would give, and among identical messages of a secret (what the dialogue around a
+message changes: 0 for the message rank).
 
 The prompt and the guesses' shared opening are scored once and their keys/values
 reused for the K + 1 guesses' own tokens, so the cost is about one forward pass over
@@ -367,30 +368,56 @@ def per_game(table: pa.Table, rank: str = "calibrated") -> dict[tuple[str, str],
 
 
 def variance_shares(table: pa.Table, rank: str) -> dict[str, float]:
-    """How the messages' reciprocal ranks (``rank``) vary: the share of their variance
-    between secrets (eta squared by secret), and the share left among identical
-    messages of a secret (the within-(secret, message) sum of squares over the total)."""
+    """How the messages' reciprocal ranks (``rank``) vary.
+
+    ``identical_messages_share``: the share of the messages' variance left among
+    identical messages of a secret (the within-(secret, message) sum of squares over the
+    total): what the dialogue around a message changes.
+
+    ``between_secrets_share``: eta squared by secret over the distinct (secret, message)
+    pairs, each at its mean, so that a message said five times weighs as one. Even with
+    no difference between secrets at all, k secrets among n pairs give a share of
+    (k - 1) / (n - 1) on average (the expectation of eta squared when the values are
+    shuffled across the same groups): ``between_secrets_chance``. What the secrets add
+    beyond that, ``between_secrets_excess`` = (share - chance) / (1 - chance), is the
+    chance-corrected share (epsilon squared's form), 0 on average when the secrets do
+    not matter."""
+    nan = {k: math.nan for k in ("between_secrets_share", "between_secrets_chance",
+                                 "between_secrets_excess", "identical_messages_share")}  # fmt: skip
     column = RANK_COLUMN[rank]
     rows = table.to_pylist()
     values = [r[column] if rank == "message" else 1.0 / r[column] for r in rows]
     if not values or "message_key" not in table.column_names:
-        return {"between_secrets_share": math.nan, "identical_messages_share": math.nan}
-    mean = sum(values) / len(values)
-    total = sum((v - mean) ** 2 for v in values)
+        return nan
 
-    def within(keys: list) -> float:
+    def split(keys: list, vals: list[float]) -> tuple[float, float]:
+        """The total and the within-group sums of squares of ``vals`` grouped by ``keys``."""
         groups: dict[Any, list[float]] = {}
-        for key, v in zip(keys, values, strict=True):
+        for key, v in zip(keys, vals, strict=True):
             groups.setdefault(key, []).append(v)
-        return sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups.values())
+        mean = sum(vals) / len(vals)
+        within = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups.values())
+        return sum((v - mean) ** 2 for v in vals), within
 
-    if total == 0:
-        return {"between_secrets_share": math.nan, "identical_messages_share": math.nan}
-    secrets = [r["target_word"] for r in rows]
     pairs = [(r["target_word"], r["message_key"]) for r in rows]
+    total, within_pairs = split(pairs, values)
+    if total == 0:
+        return nan
+    by_pair: dict[tuple, list[float]] = {}
+    for pair, v in zip(pairs, values, strict=True):
+        by_pair.setdefault(pair, []).append(v)
+    means = [sum(v) / len(v) for v in by_pair.values()]
+    secrets = [secret for secret, _ in by_pair]
+    k, n = len(set(secrets)), len(means)
+    pair_total, within_secrets = split(secrets, means)
+    share = 1.0 - within_secrets / pair_total if pair_total > 0 else math.nan
+    chance = (k - 1) / (n - 1) if n > 1 else math.nan
+    excess = (share - chance) / (1.0 - chance) if chance < 1 else math.nan
     return {
-        "between_secrets_share": 1.0 - within(secrets) / total,
-        "identical_messages_share": within(pairs) / total,
+        "between_secrets_share": share,
+        "between_secrets_chance": chance,
+        "between_secrets_excess": excess,
+        "identical_messages_share": within_pairs / total,
     }
 
 
