@@ -9,6 +9,7 @@ import torch
 
 from spag.training.losses import (
     IGNORE_INDEX,
+    LossStats,
     first_needed_logit,
     offline_po_loss,
     sample_logprobs,
@@ -63,7 +64,8 @@ def test_sft_with_kl_loss_and_gradient():
     lp = torch.tensor([-1.0, -2.0], requires_grad=True)
     ref = torch.tensor([-1.5, -1.0])
     weight = torch.tensor([1.0, 2.0])
-    loss, stats = sft_with_kl_loss(lp, ref, weight, kl_coeff=0.1)
+    is_sft = torch.tensor([True, False])
+    loss, stats = sft_with_kl_loss(lp, ref, weight, is_sft, kl_coeff=0.1)
     # loss_i = -lp + 0.1 * exp(lp) * (lp - ref); mean of loss_i * w_i
     l0 = 1.0 + 0.1 * math.exp(-1.0) * 0.5
     l1 = 2.0 + 0.1 * math.exp(-2.0) * -1.0
@@ -74,6 +76,8 @@ def test_sft_with_kl_loss_and_gradient():
     g1 = (-1.0 + 0.1 * math.exp(-2.0) * 0.0) * 2.0 / 2
     assert lp.grad.tolist() == pytest.approx([g0, g1], abs=1e-6)
     assert stats["kl_sum"].item() == pytest.approx(0.5 + -1.0)
+    assert set(stats) == set(LossStats.__annotations__)
+    assert (stats["n_sft"].item(), stats["n_game"].item(), stats["clipped"].item()) == (1, 1, 0)
 
 
 def test_offline_po_loss_and_gradient_by_hand():

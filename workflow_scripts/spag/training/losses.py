@@ -7,6 +7,8 @@ computes them for scoring, padded and packed training alike.
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import torch
 
 IGNORE_INDEX = -100
@@ -75,25 +77,54 @@ def first_needed_logit(labels: torch.Tensor) -> int:
     return int(learned.to(torch.int8).argmax(dim=1).min())
 
 
-def _stats(lp: torch.Tensor, ref: torch.Tensor) -> dict[str, torch.Tensor]:
-    diff = (lp - ref).detach()
+class LossStats(TypedDict):
+    """What an objective's loss returns beside its value: sums over its micro-batch, which
+    the trainer adds up over a logging interval (and over ranks) into the loss log's
+    ``kl``, ``ratio_mean``, ``ratio_min``, ``ratio_max``, ``clipped_frac``, ``n_game`` and
+    ``n_sft`` columns. Made by :func:`loss_stats`."""
+
+    kl_sum: torch.Tensor  # sum of the rows' log-ratios to the reference (x - x_ref)
+    ratio_sum: torch.Tensor  # sum of their ratios exp(x - x_ref)
+    ratio_min: torch.Tensor
+    ratio_max: torch.Tensor
+    count: torch.Tensor  # rows in the sums above
+    n_sft: torch.Tensor  # instruction rows
+    n_game: torch.Tensor  # game rows
+    clipped: torch.Tensor  # game rows whose ratio left the clip range
+
+
+def loss_stats(
+    x: torch.Tensor,
+    x_ref: torch.Tensor,
+    is_sft: torch.Tensor,
+    clipped: torch.Tensor | None = None,
+) -> LossStats:
+    """A loss's :class:`LossStats`: the log-ratios of ``x`` (the per-row log-probs the
+    loss reads) to ``x_ref``, the rows by type (``is_sft``), and the clipped game rows
+    (``clipped``, a count; none if not given)."""
+    diff = (x - x_ref).detach()
     ratio = diff.exp()
-    return {
-        "kl_sum": diff.sum(),
-        "ratio_sum": ratio.sum(),
-        "ratio_min": ratio.min(),
-        "ratio_max": ratio.max(),
-        "count": torch.tensor(float(lp.numel()), device=lp.device),
-    }
+    is_sft = is_sft.bool()
+    count = torch.tensor(float(x.numel()), device=x.device)
+    return LossStats(
+        kl_sum=diff.sum(),
+        ratio_sum=ratio.sum(),
+        ratio_min=ratio.min(),
+        ratio_max=ratio.max(),
+        count=count,
+        n_sft=is_sft.sum().to(torch.float32),
+        n_game=(~is_sft).sum().to(torch.float32),
+        clipped=torch.zeros_like(count) if clipped is None else clipped.to(torch.float32),
+    )
 
 
 def sft_with_kl_loss(
-    lp: torch.Tensor, ref: torch.Tensor, weight: torch.Tensor, kl_coeff: float
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    lp: torch.Tensor, ref: torch.Tensor, weight: torch.Tensor, is_sft: torch.Tensor, kl_coeff: float
+) -> tuple[torch.Tensor, LossStats]:
     """Imitation: mean over the batch of ``(-lp + b * exp(lp) * (lp - ref)) * weight``."""
     per_sample = -lp + kl_coeff * lp.exp() * (lp - ref)
     loss = (per_sample * weight).mean()
-    return loss, _stats(lp, ref)
+    return loss, loss_stats(lp, ref, is_sft)
 
 
 def offline_po_loss(
@@ -105,7 +136,7 @@ def offline_po_loss(
     kl_coeff: float,
     sft_coeff: float,
     clip_eps: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, LossStats]:
     """SPAG: clipped importance-weighted game term plus the SFT term, each over its own count.
 
     ``ratio = exp(lp - ref)``, ``adv = reward - b * (lp - ref)`` (not detached),
@@ -127,13 +158,9 @@ def offline_po_loss(
     zero = lp.sum() * 0.0  # keeps the graph (and the dtype) when a term is empty
     sft_term = sft_coeff * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
     game_term = (ppo * weight[live]).sum() / n_game if int(n_game) > 0 else zero
-    loss = sft_term + game_term
-    stats = _stats(lp, ref)
-    stats["n_sft"] = n_sft.to(torch.float32)
-    stats["n_game"] = n_game.to(torch.float32)
     # Game samples whose ratio left the trust region (SFT rows are never clipped).
-    stats["clipped"] = ((ratio.detach() - 1.0).abs() > clip_eps).sum().to(torch.float32)
-    return loss, stats
+    clipped = ((ratio.detach() - 1.0).abs() > clip_eps).sum()
+    return sft_term + game_term, loss_stats(lp, ref, is_sft, clipped)
 
 
 def legal_po_loss(
@@ -148,7 +175,7 @@ def legal_po_loss(
     weight: torch.Tensor,
     is_sft: torch.Tensor,
     coeffs: dict[str, float],
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+) -> tuple[torch.Tensor, LossStats]:
     """SPAG's loss with the policy over the legal moves (docs/design.md section 4).
 
     A game row naming a legal move takes the offline-PO term on ``x = move_lp``, its move's
@@ -183,8 +210,5 @@ def legal_po_loss(
         game_term = game_term + coeffs["legal_mass_coeff"] * (
             (-legal_logmass * weight)[mass].sum() / n_game
         )
-    stats = _stats(x, x_ref)
-    stats["n_sft"] = n_sft.to(torch.float32)
-    stats["n_game"] = n_game.to(torch.float32)
-    stats["clipped"] = ((ratio.detach() - 1.0).abs() > eps).sum().to(torch.float32)
-    return sft_term + game_term, stats
+    clipped = ((ratio.detach() - 1.0).abs() > eps).sum()
+    return sft_term + game_term, loss_stats(x, x_ref, is_sft, clipped)

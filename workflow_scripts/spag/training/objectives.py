@@ -12,16 +12,26 @@ Trainer's arguments carry it under that name, and ``loss`` reads it from them
 (``args.kl_coeff``), as TRL's losses read ``self.args``.
 
 To add one: write its class here (``coefficients``, ``paper``, ``loss``,
-``learns_from_instructions``, ``mixes_types``, ``needs_moves``) and register it in :data:`OBJECTIVES`; the config accepts
-its name from then on (the schema's ``objective`` key lists the registry), and refuses
-a coefficient it does not read. ``loss`` gets the batch's per-sample columns
-(:func:`spag.training.collate.sample_columns`): ``reward``, ``weight``, ``is_sft``,
-``episode`` (the game a sample came from, -1 for an instruction row: what a group-wise
-advantage needs; a game's samples may fall into several micro-batches) and
-``ref_logprob``; with ``needs_moves``, also ``move_logprob``, ``ref_move_logprob``,
-``legal_logmass``, ``has_move`` and ``has_legal``
-(:class:`spag.training.packing.MoveLogprobs`). A new coefficient is also a field of ``StageSettings`` (its one
-declaration) and a ``declared_as`` line of ``SpagTrainingArguments``, which the loss reads.
+``learns_from_instructions``, ``mixes_types``, ``needs_moves``) and register it in
+:data:`OBJECTIVES`; the config accepts its name from then on (the schema's
+``objective`` key lists the registry), and refuses a coefficient it does not read.
+
+- ``loss(args, lp, ref, batch)`` returns the loss and a
+  :class:`spag.training.losses.LossStats` for the log, made by
+  :func:`spag.training.losses.loss_stats` from the per-row log-probs it read, the
+  batch's ``is_sft`` and its count of clipped game rows.
+- ``mixes_types``: the loss divides the SFT and the game terms each by its own count in
+  the micro-batch, so the length-grouped order keeps the mix of random batches (lengths
+  grouped within each type).
+- ``batch``: the per-sample columns (:func:`spag.training.collate.sample_columns`):
+  ``reward``, ``weight``, ``is_sft``, ``episode`` (the game a sample came from, -1 for an
+  instruction row: what a group-wise advantage needs; a game's samples may fall into
+  several micro-batches) and ``ref_logprob``; with ``needs_moves``, also
+  ``move_logprob``, ``ref_move_logprob``, ``legal_logmass``, ``has_move`` and
+  ``has_legal`` (:class:`spag.training.packing.MoveLogprobs`).
+
+A new coefficient is also a field of ``StageSettings`` (its one declaration) and a
+``declared_as`` line of ``SpagTrainingArguments``, which the loss reads.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch only where a loss runs: the workflow reads the registry without it
     import torch
 
-Stats = dict[str, "torch.Tensor"]
+    from spag.training.losses import LossStats
 
 
 class SftKl:
@@ -50,18 +60,10 @@ class SftKl:
 
     def loss(
         self, args: Any, lp: torch.Tensor, ref: torch.Tensor, batch: dict[str, Any]
-    ) -> tuple[torch.Tensor, Stats]:
-        import torch
-
+    ) -> tuple[torch.Tensor, LossStats]:
         from spag.training.losses import sft_with_kl_loss
 
-        loss, stats = sft_with_kl_loss(lp, ref, batch["weight"].float(), args.kl_coeff)
-        # Counted for the log only.
-        is_sft = batch["is_sft"].bool()
-        stats["n_sft"] = is_sft.sum().to(torch.float32)
-        stats["n_game"] = (~is_sft).sum().to(torch.float32)
-        stats["clipped"] = torch.zeros_like(stats["count"])
-        return loss, stats
+        return sft_with_kl_loss(lp, ref, batch["weight"].float(), batch["is_sft"], args.kl_coeff)
 
 
 class OfflinePO:
@@ -79,7 +81,7 @@ class OfflinePO:
 
     def loss(
         self, args: Any, lp: torch.Tensor, ref: torch.Tensor, batch: dict[str, Any]
-    ) -> tuple[torch.Tensor, Stats]:
+    ) -> tuple[torch.Tensor, LossStats]:
         from spag.training.losses import offline_po_loss
 
         return offline_po_loss(
@@ -112,7 +114,7 @@ class LegalPO:
 
     def loss(
         self, args: Any, lp: torch.Tensor, ref: torch.Tensor, batch: dict[str, Any]
-    ) -> tuple[torch.Tensor, Stats]:
+    ) -> tuple[torch.Tensor, LossStats]:
         from spag.training.losses import legal_po_loss
 
         return legal_po_loss(

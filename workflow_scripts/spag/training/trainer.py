@@ -21,6 +21,7 @@ from transformers import Trainer, TrainerCallback
 from spag.errors import SpagRunError
 from spag.training.checkpoints import write_complete_marker
 from spag.training.collate import LengthGroupedSampler
+from spag.training.losses import LossStats
 from spag.training.objectives import OBJECTIVES
 from spag.training.packing import packed_logprobs
 from spag.training.scoring import model_sequence_logprobs
@@ -111,7 +112,8 @@ class SpagTrainer(Trainer):
         if self.objective.needs_moves and "move_logprob" not in inputs:
             _no_moves(inputs)
         ref = inputs["ref_logprob"].float()
-        loss, stats = self.objective.loss(self.args, lp, ref, inputs)
+        loss, loss_stats = self.objective.loss(self.args, lp, ref, inputs)
+        stats: dict[str, torch.Tensor] = dict(loss_stats)
         if "attention_mask" in inputs:
             mask = inputs["attention_mask"]
             stats["tokens"] = mask.sum().to(torch.float32)
@@ -141,7 +143,9 @@ class SpagTrainer(Trainer):
                 self._stats[key] = self._stats[key] + value
 
     def _reduced_stats(self) -> dict[str, float]:
-        keys = ["kl_sum", "ratio_sum", "count", "n_game", "n_sft", "clipped", "tokens", "positions"]
+        # Every sum an objective's LossStats holds, and the tokens the trainer counts.
+        keys = [k for k in LossStats.__annotations__ if k not in ("ratio_min", "ratio_max")]
+        keys += ["tokens", "positions"]
         if not self._stats:
             return {}
         device = self._stats["count"].device
