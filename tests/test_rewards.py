@@ -265,6 +265,31 @@ def test_command_accepts_judged_episodes(tmp_path):
     assert pq.read_table(out).num_rows == 6
 
 
+def test_rewards_read_the_stored_verdict_of_a_judged_table():
+    """The merge step judges; rewards read its verdict instead of judging again: a judged
+    table whose stored outcome says otherwise is rewarded by what it says."""
+    from spag.game.episodes import judge_table
+
+    judged = judge_table(episodes_table(GAMES), game=TABOO)
+    assert assign_rewards(judged, game=TABOO) == assign_rewards(episodes_table(GAMES), game=TABOO)
+    outcomes = judged.column("outcome").to_pylist()
+    assert outcomes[1] == "defender_wins"  # g2: the defender guessed at message 4
+    outcomes[1] = "attacker_wins"
+    stored = judged.set_column(judged.schema.get_field_index("outcome"), "outcome",
+                               pa.array(outcomes))  # fmt: skip
+    rows = assign_rewards(stored, game=TABOO).to_pylist()
+    assert [(r["turn"], r["role"]) for r in rows if r["episode_id"] == "g2"] == [
+        (0, "attacker"),
+        (2, "attacker"),
+    ]
+    n = judged.column("num_messages").to_pylist()
+    n[0] = 7  # g1 has 6 messages
+    bad = judged.set_column(judged.schema.get_field_index("num_messages"), "num_messages",
+                            pa.array(n, judged.schema.field("num_messages").type))  # fmt: skip
+    with pytest.raises(SpagInputError, match="'num_messages' must be between 0 and.*6.*'g1'"):
+        assign_rewards(bad, game=TABOO)
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [

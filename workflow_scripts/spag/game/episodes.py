@@ -23,12 +23,14 @@ _STRING_TYPES = (pa.string(), pa.large_string())
 
 @dataclass
 class Episode:
-    """One game of an episode table: its secret, length limit and messages."""
+    """One game of an episode table: its secret, length limit and messages; in a judged
+    table also its ``verdict``, the (outcome, num_messages) the judge stored there."""
 
     episode_id: str
     secret: str
     max_turns: int
     history: list[dict[str, str]]
+    verdict: tuple[str, int] | None = None
 
 
 def _check_history_type(table: pa.Table, source: str) -> None:
@@ -128,9 +130,19 @@ def _episode(
                 f"{source}: column 'outcome' has {row['outcome']!r} in episode {eid!r}; "
                 f"expected one of {list(game.outcomes)}"
             )
-        if row["num_messages"] is None:
-            raise SpagInputError(f"{source}: column 'num_messages' is null in episode {eid!r}")
+        n = row["num_messages"]
+        if n is None or not 0 <= n <= len(history):
+            raise SpagInputError(
+                f"{source}: column 'num_messages' must be between 0 and the game's "
+                f"{len(history)} messages, got {n!r} in episode {eid!r}"
+            )
+        return Episode(eid, row["target_word"], turns, history, (row["outcome"], n))
     return Episode(eid, row["target_word"], turns, history)
+
+
+def is_judged(table: pa.Table) -> bool:
+    """Whether ``table`` carries the judge's verdict (``outcome``, ``num_messages``)."""
+    return all(f.name in table.column_names for f in JUDGED_FIELDS)
 
 
 def _check_messages(history: list, eid: str, source: str, game: Game) -> None:

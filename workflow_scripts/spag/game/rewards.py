@@ -26,7 +26,7 @@ import pyarrow as pa
 from spag.data.tables import META_GAME, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game.base import Game
-from spag.game.episodes import Episode, check_columns, iter_episodes
+from spag.game.episodes import Episode, check_columns, is_judged, iter_episodes
 from spag.settings import Checked, config_options, opt
 
 # A scheme: (game, episode, outcome, n, decay) -> [(message index, reward)], the
@@ -280,13 +280,17 @@ def _game_rows(
     samples: _Samples,
     decay: float,
 ) -> tuple[Counter, list[str]]:
-    """One loop over the games: judge each, let the scheme pick its samples, build their
+    """One loop over the games: take each one's verdict (as stored by the judge in a
+    judged table, else the judge's now), let the scheme pick its samples, build their
     randomised prompts, add them to ``samples`` with ``weight(role)`` (or 0.0 for now).
     Returns the games per role that gave samples, and every game's outcome."""
     sampled: Counter = Counter()
     outcomes = []
     for episode in episodes:
-        outcome, n = game.judge(episode.history, episode.secret, episode.max_turns)
+        verdict = episode.verdict
+        if verdict is None:
+            verdict = game.judge(episode.history, episode.secret, episode.max_turns)
+        outcome, n = verdict
         outcomes.append(outcome)
         picked = scheme(game, episode, outcome, n, decay)
         for role in {episode.history[k]["role"] for k, _ in picked}:
@@ -329,7 +333,9 @@ def assign_rewards(
     drop_zero_advantage: bool = RewardsSettings.drop_zero_advantage,
     rule_break_cost: float | None = RewardsSettings.rule_break_cost,
 ) -> pa.Table:
-    """Judge the episodes and build the samples table (``SAMPLE_SCHEMA``).
+    """Build the samples table (``SAMPLE_SCHEMA``) from the episodes' verdicts: those a
+    judged table stores (``outcome``, ``num_messages``: the merge step's), else the
+    game's judge's.
 
     Game rows come in episode order, then message order; SFT rows follow.
     The randomised prompts depend only on ``seed`` and the input. ``source`` and
@@ -344,12 +350,13 @@ def assign_rewards(
         raise SpagInputError(
             f"rewards.scheme: unknown scheme {scheme!r} (known: {', '.join(REWARD_SCHEMES)})"
         )
-    table = check_columns(episodes_table, source)
+    judged = is_judged(episodes_table)
+    table = check_columns(episodes_table, source, judged)
     sft_cols = validate_sft(sft, sft_source) if sft is not None else None
     prompts = prompts if prompts is not None else game.load_prompts()
     samples = _Samples()
     rand = random.Random(seed).random
-    episodes = iter_episodes(table, source, game=game)
+    episodes = iter_episodes(table, source, judged, game=game)
     pick = REWARD_SCHEMES[scheme].pick
     if pick is rae:
         if baselines is None:
@@ -418,8 +425,9 @@ def imitation_samples(
     """
     samples = _Samples()
     if episodes_table is not None:
-        table = check_columns(episodes_table, source)
-        episodes = iter_episodes(table, source, game=game)
+        judged = is_judged(episodes_table)
+        table = check_columns(episodes_table, source, judged)
+        episodes = iter_episodes(table, source, judged, game=game)
         prompts = prompts if prompts is not None else game.load_prompts()
         rand = random.Random(seed).random
         if imitate not in IMITATE:
