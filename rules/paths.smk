@@ -15,10 +15,10 @@ TEACHER = uses_teacher(config)
 # With data.imitation "scripted", M0 imitates games of the game's scripted player.
 SCRIPTED = config["data"]["imitation"] == "scripted"
 # A solved game (Kuhn Poker): each model's strategy is read out exactly.
-SOLVED = hasattr(GAME, "infosets")
+SOLVED = GAME.infosets is not None
 # A game with a guess (Taboo): a fixed listener grades the hints of every evaluation game.
 GRADED = (
-    getattr(GAME, "guess_text", None) is not None
+    GAME.guess_text is not None
     and config["evaluation"]["hints"]["listener"] is not None
 )
 

@@ -409,7 +409,7 @@ def _game_defaults(
                 f"{source}: key '{keys[0]}' means nothing for {name}: it deals its "
                 f"{len(game.deals)} secrets itself (selfplay.games_per_secret sets the hands)"
             )
-    if getattr(game, "guess_text", None) is None:
+    if game.guess_text is None:
         keys = _given_keys(given, "evaluation.hints", schema)
         if keys:
             raise SpagInputError(

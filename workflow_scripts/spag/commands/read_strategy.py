@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from spag.ops.device import select_device
 
     game = load_game(args.game)
-    if not hasattr(game, "infosets"):
+    if game.infosets is None:
         raise SpagInputError(f"--game {args.game}: not a solved game (no information sets)")
     device = select_device(args.device, "spag read-strategy")
     if args.threads:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from spag.ops.device import select_device
 
     game = load_game(args.game)
-    if getattr(game, "guess_text", None) is None:
+    if game.guess_text is None:
         raise SpagInputError(f"--game {args.game}: the game has no guess to grade hints by")
     if args.threads:
         import torch

@@ -25,7 +25,14 @@ and judges what is said), kept to what a batched, turn-by-turn loop needs:
   None for Taboo's free text): then ``legal_moves`` after a history, ``read_move`` of a
   reply and ``move_forms`` (the whole replies that name the move: the readers put the
   end of the turn after each) let the samples carry their move and the objective
-  ``legal_po`` learn over the legal moves.
+  ``legal_po`` learn over the legal moves;
+- optionally, for a solved game, its information sets (``infosets``: Kuhn Poker's
+  twelve), where each model's strategy is read out exactly (``spag read-strategy``);
+- optionally a guess (``guess_text``: Taboo's ``I know the word! It is <w>!``), the
+  reply that names a secret, by which a fixed listener grades the hints.
+
+An optional ability a game lacks is None (:class:`TwoPlayerGame`'s default): the
+workflow asks ``game.infosets is not None``, never whether the attribute exists.
 
 :class:`TwoPlayerGame` gives the common parts (prompts loaded from the game's file
 through :class:`PromptsFile`, winners and rule breakers by outcome, signed results),
@@ -72,6 +79,10 @@ class Game(Protocol):
     # Every move a reply can name, or None: replies are free text (no legal_moves,
     # read_move, move_forms).
     move_set: tuple[str, ...] | None
+    # A solved game's information sets (spag.evaluation.strategy), or None.
+    infosets: tuple[Any, ...] | None
+    # word -> the reply that guesses it (graded hints), or None: the game has no guess.
+    guess_text: Callable[[str], str] | None
 
     def winner(self, outcome: str) -> str | None:
         """The role that won ``outcome`` by play; None for ties and rule breaks."""
@@ -205,6 +216,8 @@ class TwoPlayerGame:
     demonstrations: ClassVar[str]
     scripted_reply: ClassVar[Callable[..., str] | None] = None
     move_set: ClassVar[tuple[str, ...] | None] = None
+    infosets: ClassVar[tuple[Any, ...] | None] = None
+    guess_text: ClassVar[Callable[[str], str] | None] = None
     won: ClassVar[Mapping[str, tuple[str, float]]]
     broken: ClassVar[Mapping[str, str]]
     rule_break_cost: ClassVar[float] = 1.0
