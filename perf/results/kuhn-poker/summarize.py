@@ -64,6 +64,7 @@ def main() -> None:
             f"\nEach cell: the mean over seeds {', '.join(map(str, order))} (each seed's value).\n"
         )
         goal_lines(rows, order, epochs)
+        average_line(seeds, order, epochs)
         rule_break_table(seeds, order)
         train_table(seeds, order)
         last = f"epoch{epochs}"
@@ -113,6 +114,49 @@ def goal_lines(rows: dict[int, dict[str, dict]], order: list[int], epochs: int) 
         met = "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
         print(f"- Goal, seed {s}: {met}.")
     print()
+
+
+def strategy_of(path: Path) -> dict:
+    """A model's strategy over the legal moves, renormalised (its strategy/<model>.tsv)."""
+    rows = {(r["seat"], r["card"], r["history"]): r for r in read(path)}
+    return {
+        infoset: kuhn._two(infoset, float(rows[(infoset[0], infoset[1],
+                                                 " ".join(infoset[2]) or "-")]["aggressive_probability"]))
+        for infoset in kuhn.INFOSETS
+    }  # fmt: skip
+
+
+def average_strategy(strategies: list[dict]) -> dict:
+    """The behavioural form of playing one of ``strategies``, drawn uniformly for a whole
+    hand: at each information set their moves averaged, each weighted by how often it
+    reaches the set by its own moves (Kuhn's theorem; the first seat's second decision
+    is reached by its check)."""
+    average = {}
+    for infoset in kuhn.INFOSETS:
+        seat, card, history = infoset
+        reach = [
+            s[(seat, card, ())][kuhn.CHECK] if seat == "first" and history else 1.0
+            for s in strategies
+        ]  # fmt: skip
+        total = sum(reach)
+        p = (sum(r * kuhn.aggressive_probability(s, infoset) for r, s in zip(reach, strategies,
+             strict=True)) / total if total > 0 else 0.5)  # fmt: skip
+        average[infoset] = kuhn._two(infoset, p)
+    return average
+
+
+def average_line(seeds: dict[int, tuple[Path, dict]], order: list[int], epochs: int) -> None:
+    """Per seed, the exploitability of the average of M1..M(E)'s strategies (one of them
+    drawn for each hand): where self-play circles the equilibrium, the average can sit
+    closer to it than the last model."""
+    if epochs < 2:
+        return
+    cells = []
+    for s in order:
+        folder = seeds[s][0] / "strategy"
+        strategies = [strategy_of(folder / f"epoch{e}.tsv") for e in range(1, epochs + 1)]
+        cells.append(f"seed {s} {kuhn.exploitability(average_strategy(strategies)):.3f}")
+    print(f"Exploitability of the average of M1..M{epochs}'s strategies: {', '.join(cells)}.\n")
 
 
 def rule_break_table(seeds: dict[int, tuple[Path, dict]], order: list[int]) -> None:
