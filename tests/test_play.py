@@ -485,6 +485,7 @@ def test_a_journal_key_survives_an_upgrade_that_adds_a_flag_at_its_default(
     import argparse
 
     from spag.commands import play
+    from spag.ops.journal import play_journal_key as key
 
     parser = argparse.ArgumentParser()
     play.add_arguments(parser)
@@ -494,10 +495,8 @@ def test_a_journal_key_survives_an_upgrade_that_adds_a_flag_at_its_default(
     now = parser.parse_args(line)
     before = argparse.Namespace(**vars(now))
     del before.min_new_tokens  # a flag the earlier parser did not have
-    assert play._journal_key(now, words) == play._journal_key(before, words)
+    assert key(now, words) == key(before, words)
     # A flag away from its default is the shard's setting: another key.
     changed = parser.parse_args([*line, "--min-new-tokens", "1"])
-    assert play._journal_key(changed, words) != play._journal_key(now, words)
-    assert play._journal_key(parser.parse_args([*line, "--max-new-tokens", "7"]), words) != (
-        play._journal_key(now, words)
-    )
+    assert key(changed, words) != key(now, words)
+    assert key(parser.parse_args([*line, "--max-new-tokens", "7"]), words) != key(now, words)

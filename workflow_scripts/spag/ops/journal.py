@@ -125,3 +125,51 @@ class GameJournal:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+# Flags that do not decide a shard's games: a journal written under other values of
+# these still holds games of this shard.
+NOT_IN_PLAY_KEY = {"output", "threads", "no_progress", "no_journal", "verbose", "device"}
+
+
+def play_journal_key(args: Any, words: list[str]) -> str:
+    """What decides a ``spag play`` shard's games: the flags, its words, the prompts and
+    the models.
+
+    Built from the parsed command line, flag by flag, so that a journal left by an
+    earlier job with the same flags resumes; a flag at its default is left out, so that
+    one added by an upgrade (at its default) keeps the key of a killed shard's journal."""
+    from spag.game.base import load_game
+    from spag.game.play_settings import PlayConfig
+    from spag.generation.openai_backend import is_endpoint_spec
+    from spag.settings import off_default
+    from spag.training.scoring import model_identity
+
+    parts = off_default(
+        PlayConfig,
+        {
+            k: v
+            for k, v in sorted(vars(args).items())
+            if not k.startswith("_") and k not in NOT_IN_PLAY_KEY
+        },
+    )
+    parts["words"] = words
+    prompts = Path(args.prompts or load_game(args.game).default_prompts_path())
+    parts["prompts_sha256"] = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    for key in ("model", "opponent"):
+        value = getattr(args, key)
+        if value and not is_endpoint_spec(value):
+            parts[f"{key}_identity"] = model_identity(value)
+    return fingerprint(parts)
+
+
+def open_play_journal(
+    args: Any, words: list[str], output: str, total: int
+) -> tuple[GameJournal, dict[str, GameState]]:
+    """The journal of the ``spag play`` shard ``output`` and the games it already holds
+    (logged when resuming)."""
+    journal = GameJournal(journal_path(output), play_journal_key(args, words))
+    done = journal.load()
+    if done:
+        log.info("resuming: %d of %d games were finished (%s)", len(done), total, journal.path)
+    return journal, done
