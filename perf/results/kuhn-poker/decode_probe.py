@@ -5,7 +5,8 @@ plain forward pass and the replies the ``hf`` backend samples (as self-play does
 
 Prints, for the first seat holding a J: the probability of each move word, then of the
 end of the turn after it, and the counts of the backend's sampled replies (``--samples``
-draws at ``--temperature``, ``--max-new-tokens`` as the config's).
+draws at ``--temperature``, ``--max-new-tokens`` as the config's, ``--min-new-tokens``
+the decoders' reply minimum).
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--max-new-tokens", type=int, default=4)
+    parser.add_argument(
+        "--min-new-tokens",
+        type=int,
+        default=1,
+        help="the decoders' reply minimum (Kuhn Poker's: 1; 2 before 889edc3)",
+    )
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "workflow_scripts"))
     import torch
@@ -55,7 +62,12 @@ def main() -> int:
         "hf", args.model, prompt_format=args.prompt_format, trust_remote_code=False,
         batch_size=args.samples,
     )  # fmt: skip
-    sampling = Sampling(temperature=args.temperature, top_k=0, max_new_tokens=args.max_new_tokens)
+    sampling = Sampling(
+        temperature=args.temperature,
+        top_k=0,
+        max_new_tokens=args.max_new_tokens,
+        min_new_tokens=args.min_new_tokens,
+    )
     replies = backend.generate([prompt] * args.samples, sampling, seed=42,
                                game_ids=[str(i) for i in range(args.samples)])  # fmt: skip
     print("hf backend replies:", Counter(r.text for r in replies).most_common(8))
