@@ -390,26 +390,23 @@ def variance_shares(table: pa.Table, rank: str) -> dict[str, float]:
     if not values or "message_key" not in table.column_names:
         return nan
 
-    def split(keys: list, vals: list[float]) -> tuple[float, float]:
-        """The total and the within-group sums of squares of ``vals`` grouped by ``keys``."""
-        groups: dict[Any, list[float]] = {}
-        for key, v in zip(keys, vals, strict=True):
-            groups.setdefault(key, []).append(v)
-        mean = sum(vals) / len(vals)
-        within = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups.values())
-        return sum((v - mean) ** 2 for v in vals), within
+    def squares(groups: list[list[float]]) -> tuple[float, float]:
+        """The total and the within-group sums of squares of the grouped values."""
+        flat = [v for g in groups for v in g]
+        mean = sum(flat) / len(flat)
+        within = sum(sum((v - sum(g) / len(g)) ** 2 for v in g) for g in groups)
+        return sum((v - mean) ** 2 for v in flat), within
 
-    pairs = [(r["target_word"], r["message_key"]) for r in rows]
-    total, within_pairs = split(pairs, values)
+    by_pair: dict[tuple, list[float]] = {}
+    for r, v in zip(rows, values, strict=True):
+        by_pair.setdefault((r["target_word"], r["message_key"]), []).append(v)
+    total, within_pairs = squares(list(by_pair.values()))
     if total == 0:
         return nan
-    by_pair: dict[tuple, list[float]] = {}
-    for pair, v in zip(pairs, values, strict=True):
-        by_pair.setdefault(pair, []).append(v)
     means = [sum(v) / len(v) for v in by_pair.values()]
     secrets = [secret for secret, _ in by_pair]
+    pair_total, within_secrets = squares(_clusters(list(zip(secrets, means, strict=True))))
     k, n = len(set(secrets)), len(means)
-    pair_total, within_secrets = split(secrets, means)
     share = 1.0 - within_secrets / pair_total if pair_total > 0 else math.nan
     chance = (k - 1) / (n - 1) if n > 1 else math.nan
     excess = (share - chance) / (1.0 - chance) if chance < 1 else math.nan
