@@ -15,11 +15,10 @@ from typing import Any
 
 from spag.game.play_settings import PlayConfig
 from spag.game.selfplay import OPPONENT, POLICY
+from spag.ops.capacity import GIB
 from spag.ops.device import select_device
 
 log = logging.getLogger("spag.play")
-
-GIB = 1024**3
 
 
 def load_play_engines(c: PlayConfig, seed: int, game: Any, names: dict[str, str]) -> dict[str, Any]:
