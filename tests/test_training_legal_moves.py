@@ -83,7 +83,7 @@ def test_the_loss_against_values_worked_out_by_hand():
     weight = torch.tensor([1.0, 1.0, 2.0, 1.0])
     is_sft = torch.tensor([True, False, False, False])
     loss, stats = legal_po_loss(
-        lp, ref, move, ref_move, legal, has_move, has_legal, reward, weight, is_sft, COEFFS
+        lp, ref, move, ref_move, legal, has_move, has_legal, reward, weight, is_sft, **COEFFS
     )
     # Row 1: ratio 1.1 (in range), adv = -1 - 0.2 log 1.1; term -adv * ratio.
     r1, a1 = 1.1, -1.0 - 0.2 * math.log(1.1)
@@ -121,7 +121,7 @@ def test_a_negative_advantage_moves_mass_between_legal_moves_only():
     one = torch.ones(1)
     loss, _ = legal_po_loss(
         move.detach(), move.detach(), move, move.detach(), legal_lp.reshape(1),
-        torch.tensor([True]), torch.tensor([True]), -one, one, torch.tensor([False]), coeffs,
+        torch.tensor([True]), torch.tensor([True]), -one, one, torch.tensor([False]), **coeffs,
     )  # fmt: skip
     loss.backward()
     assert logits.grad[2].item() == 0.0 and logits.grad[3].item() == 0.0

@@ -127,7 +127,7 @@ def test_offline_po_learns_nothing_from_game_samples_of_weight_0():
     # Far from the reference (exp overflows in float32) a weightless row is still inert.
     far = torch.tensor([-1.0, -0.5, -2.0, -1.5], requires_grad=True)
     loss, _ = offline_po_loss(far, torch.tensor([-95.0, -1.0, -1.0, -1.0]),
-                              torch.ones(4), weight, is_sft, 0.2, 0.5, 0.2)  # fmt: skip
+                              torch.ones(4), weight, is_sft, **COEFFS)  # fmt: skip
     loss.backward()
     assert math.isfinite(loss.item()) and far.grad.tolist() == pytest.approx(grads[0])
 

@@ -50,7 +50,6 @@ __all__ = [
     "check_bounds",
     "cli_flags",
     "config_options",
-    "declared_as",
     "field_type",
     "from_arguments",
     "load_section_class",
@@ -80,18 +79,11 @@ class Checked:
 
     def __post_init__(self) -> None:
         check_bounds(self)
-
-
-def declared_as(cls: type, name: str, **changes: Any) -> Any:
-    """A step's field for the setting ``cls`` declares as ``name``: its default, help and
-    bounds, with ``changes`` (``default``, ``help``, other metadata) where the step's
-    flag differs (a default the step decides without the config, its own help)."""
-    f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    meta = {**f.metadata, **{k: v for k, v in changes.items() if k != "default"}}
-    default = changes.get("default", f.default)
-    if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-        return dataclasses.field(default_factory=f.default_factory, metadata=meta)
-    return dataclasses.field(default=default, metadata=meta)
+        # A settings class that also extends another dataclass (the Trainer's arguments)
+        # runs that one's checks too.
+        after = getattr(super(), "__post_init__", None)
+        if after is not None:
+            after()
 
 
 def req(help: str, **meta: Any) -> Any:

@@ -2,11 +2,12 @@
 flags, defaults and help, and the functions below give the rules' flags from the
 validated config (self-play, evaluation and teacher games).
 
-The game, sampling and engine defaults are those of :class:`GameSettings`,
-:class:`Sampling` and :class:`SelfplaySettings`. A few flags keep a default of
-their own where the step decides without the config: ``--batch-size`` and
-``--max-length`` (the backend's choice), ``--greedy`` (on with ``--opponent``),
-``--tensor-parallel-size`` 1 and ``--prompts`` (the shipped texts).
+The sampling knobs and the engine's settings are inherited from their one declaration
+(:class:`SamplingSettings`, :class:`EngineSettings`); the game's defaults are
+:class:`GameSettings`'. A few flags keep a default of their own where the step decides
+without the config: ``--batch-size`` and ``--max-length`` (the backend's choice),
+``--greedy`` (on with ``--opponent``), ``--tensor-parallel-size`` 1,
+``--opponent-gpu-memory-utilization`` (half each) and ``--prompts`` (the shipped texts).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 from spag.errors import SpagInputError
 from spag.game.settings import GameSettings
 from spag.generation.settings import (
-    EvaluationSettings,
+    SHARE,
+    EngineSettings,
     Sampling,
     SamplingSettings,
     SelfplaySettings,
@@ -26,7 +28,7 @@ from spag.generation.settings import (
 from spag.models.rendering import PROMPT_FORMATS
 from spag.models.settings import ModelLoading
 from spag.ops import DEVICES, family_device
-from spag.settings import declared_as, opt, req
+from spag.settings import opt, req
 
 _PLAYER = (
     "model folder (Hugging Face checkpoint), or an OpenAI-compatible endpoint "
@@ -35,9 +37,9 @@ _PLAYER = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlayConfig(SamplingSettings):
+class PlayConfig(EngineSettings, SamplingSettings):
     """One ``spag play`` job: a shard of target words played to a Parquet file (the
-    sampling knobs inherited)."""
+    sampling knobs and the engine's settings inherited)."""
 
     model: str = req(f"{_PLAYER} (e.g. a teacher playing demonstrations)")
     words: str = req("target words, one a line")
@@ -45,19 +47,17 @@ class PlayConfig(SamplingSettings):
     opponent: str | None = opt(None, f"opponent {_PLAYER}: play evaluation games against it")
     shard_index: int = opt(0, "this job's shard", ge=0)
     num_shards: int = opt(1, "number of shards", ge=1)
-    backend: str = declared_as(
-        SelfplaySettings, "backend", help="generation backend of local models"
-    )
     seed: int = opt(0, "run seed")
     epoch: int = opt(0, "epoch: part of the shard seed and of episode ids")
     game: str = opt(GameSettings.name, "the game (config game.name)")
-    max_turns: int = declared_as(GameSettings, "max_turns", help="turns per player")
-    max_length: int | None = declared_as(
-        SelfplaySettings,
-        "max_length",
-        default=None,
-        help="prompt + reply token budget; longer prompts are left-truncated "
+    max_turns: int = opt(GameSettings.max_turns, "turns per player", ge=1)
+    # The engine settings whose by-hand default differs from the config's: unset, the
+    # backend decides (a default of their own keeps the rules' command lines).
+    max_length: int | None = opt(
+        None,
+        "prompt + reply token budget; longer prompts are left-truncated "
         f"(default {SelfplaySettings.max_length}, capped by the model's context)",
+        ge=16,
     )
     prompt_format: str = opt(
         GameSettings.prompt_format,
@@ -67,12 +67,11 @@ class PlayConfig(SamplingSettings):
     greedy: bool | None = opt(
         None, "greedy decoding (default: on with --opponent, off in self-play)"
     )
-    batch_size: int | None = declared_as(
-        SelfplaySettings,
-        "batch_size",
-        default=None,
-        help=f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
+    batch_size: int | None = opt(
+        None,
+        f"hf: sequences per generate call (default {SelfplaySettings.batch_size}); "
         "vllm: max_num_seqs (default vLLM's)",
+        ge=1,
     )
     games_per_word: int = opt(
         1,
@@ -81,46 +80,12 @@ class PlayConfig(SamplingSettings):
         ge=1,
     )
     prompts: str | None = opt(None, "prompts YAML (default: the shipped data/prompts.yaml)")
-    tensor_parallel_size: int = declared_as(
-        SelfplaySettings, "tensor_parallel_size", default=1, help="vllm: GPUs one engine spans"
-    )
-    batch_memory_gib: float | None = declared_as(
-        SelfplaySettings,
-        "batch_memory_gib",
-        help="hf: memory the decoding slots and a prompt pass may take together (as many "
-        "slots as fit, at most --batch-size; default: 80%% of free GPU memory, or half the "
-        "available memory on CPU)",
-    )
-    kv_reuse_gib: float = declared_as(
-        SelfplaySettings,
-        "kv_reuse_gib",
-        help="hf: GiB for keys/values kept between a game's turns, so that the next prompt "
-        "computes only its new tokens (0 turns reuse off)",
-    )
-    gpu_memory_utilization: float = declared_as(
-        SelfplaySettings,
-        "gpu_memory_utilization",
-        help="vllm: share of the GPU's total memory for the model's engine (with a local "
-        "--opponent and no --opponent-gpu-memory-utilization, half each)",
-    )
-    opponent_gpu_memory_utilization: float | None = declared_as(
-        EvaluationSettings,
-        "opponent_gpu_memory_utilization",
-        default=None,
-        help="vllm: share of the GPU's total memory for the opponent's engine",
-    )
-    cuda_graphs: bool = declared_as(
-        SelfplaySettings,
-        "cuda_graphs",
-        help="hf on CUDA: decoding steps replayed as a CUDA graph (--no-cuda-graphs: eager)",
-    )
-    vllm_batch_invariant: bool = declared_as(
-        SelfplaySettings,
-        "vllm_batch_invariant",
-        help="vllm: batch-invariant kernels, so that a rerun reproduces the games (slower)",
-    )
-    dtype: str = declared_as(
-        SelfplaySettings, "dtype", help="model dtype (float32 on CPU for auto)"
+    tensor_parallel_size: int = opt(1, "vllm: GPUs one engine spans", ge=1)
+    opponent_gpu_memory_utilization: float | None = opt(
+        None,
+        "vllm: share of the GPU's total memory for the opponent's engine (default: with a "
+        "local --opponent, half of --gpu-memory-utilization each)",
+        **SHARE,
     )
     trust_remote_code: bool = opt(
         ModelLoading.trust_remote_code, "allow model code from the model folder (off by default)"

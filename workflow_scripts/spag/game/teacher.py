@@ -17,7 +17,7 @@ from typing import Any
 
 from spag.errors import SpagInputError
 from spag.generation.settings import SamplingSettings
-from spag.settings import declared_as, opt
+from spag.settings import opt
 
 # `data.imitation` names this to take its demonstrations from teacher games.
 TEACHER = "teacher"
@@ -49,13 +49,15 @@ class TeacherSettings(SamplingSettings):
         2, "one job per shard of the words; a failed shard is rerun alone", ge=1, le=1000
     )
     games_per_word: int = opt(1, "games per word when the teacher plays both roles", ge=1)
-    temperature: float = declared_as(SamplingSettings, "temperature", default=1.0)
-    top_k: int = declared_as(
-        SamplingSettings,
-        "top_k",
-        default=0,
-        help="sample from the k most likely tokens; 0: no limit (endpoints that refuse "
-        "top_k: add &top_k=off to the spec)",
+    # The teacher's own sampling defaults (an endpoint's: no top-k filter); the other
+    # knobs are self-play's.
+    temperature: float = opt(1.0, "the teacher's sampling temperature; 0: greedy", ge=0, greedy=0.0)
+    top_k: int = opt(
+        0,
+        "sample from the k most likely tokens; 0: no limit (endpoints that refuse top_k: "
+        "add &top_k=off to the spec)",
+        ge=0,
+        greedy=0,
     )
     max_requests: int = opt(
         20000,

@@ -1,8 +1,8 @@
 """Generation settings, declared once: how a reply is sampled (:class:`SamplingSettings`,
-:class:`Sampling`) and the config sections of the games' engines, ``selfplay`` and
-``evaluation`` (the schema's properties of both are generated from these classes);
-``spag play``'s flags (``spag.game.play_settings.PlayConfig``) and the backends refer
-to them.
+:class:`Sampling`), how a local model is run (:class:`EngineSettings`) and the config
+sections ``selfplay`` and ``evaluation`` (the schema's properties of both are generated
+from these classes); ``spag play``'s flags (``spag.game.play_settings.PlayConfig``)
+inherit the sampling and engine fields, and the backends read them.
 """
 
 from __future__ import annotations
@@ -92,33 +92,13 @@ class Sampling(SamplingSettings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SelfplaySettings(SamplingSettings):
-    """Self-play games of an epoch (config ``selfplay``): the shards, the engine and the
-    sampling (the inherited knobs); evaluation games use the same engine settings."""
+class EngineSettings(Checked):
+    """How a local model is run to play (the ``selfplay`` section's engine keys, those of
+    every game's engine: self-play, evaluation and local teacher games); ``spag play``'s
+    flags of the same names inherit them."""
 
-    num_shards: int = opt(
-        3,
-        "one job per shard of the train words (at most words.num_train; shard files are "
-        "numbered 000-999)",
-        ge=1,
-        le=1000,
-    )
-    games_per_secret: int = opt(
-        1,
-        "games per secret per epoch: per train target word (Taboo), per deal (Kuhn Poker: 6 deals)",
-        ge=1,
-    )
     backend: str = opt("hf", "generation backend", choices=MODEL_BACKENDS)
-    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs", ge=1)
-    max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context", ge=16)
     dtype: str = opt("auto", "model dtype (auto: float32 on CPU)", choices=DTYPES)
-    tensor_parallel_size: int | None = opt(
-        None,
-        "vllm backend: GPUs one engine spans; null: the GPUs of the job "
-        "(resources.selfplay.gpus for self-play, resources.evaluate.gpus for evaluation "
-        "games)",
-        ge=1,
-    )
     batch_memory_gib: float | None = opt(
         None,
         "hf backend: memory the decoding slots and a prompt pass may take together; as "
@@ -128,8 +108,9 @@ class SelfplaySettings(SamplingSettings):
     )
     gpu_memory_utilization: float = opt(
         0.9,
-        "vllm backend: share of each GPU's total memory the self-play engine takes "
-        "(weights, activations, KV cache)",
+        "vllm backend: share of each GPU's total memory the engine takes (weights, "
+        "activations, KV cache; evaluation games: evaluation.gpu_memory_utilization; by hand "
+        "with a local --opponent and no --opponent-gpu-memory-utilization, half each)",
         **SHARE,
     )
     kv_reuse_gib: float = opt(
@@ -149,6 +130,34 @@ class SelfplaySettings(SamplingSettings):
         "no longer depend on what else shares its batch, so a rerun shard reproduces its "
         "games; slower kernels. Without it per-request seeds fix the sampling, not the "
         "logits",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfplaySettings(EngineSettings, SamplingSettings):
+    """Self-play games of an epoch (config ``selfplay``): the sampling (inherited knobs),
+    the engine (inherited; evaluation games use the same) and the shards."""
+
+    num_shards: int = opt(
+        3,
+        "one job per shard of the train words (at most words.num_train; shard files are "
+        "numbered 000-999)",
+        ge=1,
+        le=1000,
+    )
+    games_per_secret: int = opt(
+        1,
+        "games per secret per epoch: per train target word (Taboo), per deal (Kuhn Poker: 6 deals)",
+        ge=1,
+    )
+    batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs", ge=1)
+    max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context", ge=16)
+    tensor_parallel_size: int | None = opt(
+        None,
+        "vllm backend: GPUs one engine spans; null: the GPUs of the job "
+        "(resources.selfplay.gpus for self-play, resources.evaluate.gpus for evaluation "
+        "games)",
+        ge=1,
     )
 
 

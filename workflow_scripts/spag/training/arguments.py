@@ -16,24 +16,21 @@ from typing import Any
 
 from transformers import TrainingArguments
 
-from spag.settings import declared_as, opt
-from spag.training.objectives import OBJECTIVES
-from spag.training.settings import StageSettings, TrainConfig, argument_values
+from spag.settings import opt
+from spag.training.objectives import OBJECTIVES, LossSettings
+from spag.training.settings import TrainConfig, argument_values
 
 
+# LossSettings first: its fields follow TrainingArguments' (bases' fields are ordered
+# from the last base on) and its __post_init__ (the bounds) runs before theirs.
 @dataclass(kw_only=True)
-class SpagTrainingArguments(TrainingArguments):
+class SpagTrainingArguments(LossSettings, TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
-    from ``self.args``: the loss (docs/design.md section 4) and the batch order."""
+    from ``self.args``: the loss's settings (docs/design.md section 4, inherited from
+    :class:`spag.training.objectives.LossSettings`: the objective reads its coefficients
+    from here, ``args.kl_coeff``); the stage's other settings fill ``TrainingArguments``'
+    own fields by name."""
 
-    # The loss's settings as the stage declares them (name, default, help): the
-    # objective reads its coefficients from here (``args.kl_coeff``).
-    objective: str = declared_as(StageSettings, "objective")
-    kl_coeff: float = declared_as(StageSettings, "kl_coeff")
-    sft_coeff: float = declared_as(StageSettings, "sft_coeff")
-    clip_eps: float = declared_as(StageSettings, "clip_eps")
-    legal_mass_coeff: float = declared_as(StageSettings, "legal_mass_coeff")
-    group_by_length: bool = declared_as(StageSettings, "group_by_length")
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
     remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")
     # A job's log is its loss log and the Trainer's log lines, not a progress bar.

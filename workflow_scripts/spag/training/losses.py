@@ -119,7 +119,12 @@ def loss_stats(
 
 
 def sft_with_kl_loss(
-    lp: torch.Tensor, ref: torch.Tensor, weight: torch.Tensor, is_sft: torch.Tensor, kl_coeff: float
+    lp: torch.Tensor,
+    ref: torch.Tensor,
+    weight: torch.Tensor,
+    is_sft: torch.Tensor,
+    *,
+    kl_coeff: float,
 ) -> tuple[torch.Tensor, LossStats]:
     """Imitation: mean over the batch of ``(-lp + b * exp(lp) * (lp - ref)) * weight``."""
     per_sample = -lp + kl_coeff * lp.exp() * (lp - ref)
@@ -133,6 +138,7 @@ def offline_po_loss(
     reward: torch.Tensor,
     weight: torch.Tensor,
     is_sft: torch.Tensor,
+    *,
     kl_coeff: float,
     sft_coeff: float,
     clip_eps: float,
@@ -174,7 +180,11 @@ def legal_po_loss(
     reward: torch.Tensor,
     weight: torch.Tensor,
     is_sft: torch.Tensor,
-    coeffs: dict[str, float],
+    *,
+    kl_coeff: float,
+    sft_coeff: float,
+    clip_eps: float,
+    legal_mass_coeff: float,
 ) -> tuple[torch.Tensor, LossStats]:
     """SPAG's loss with the policy over the legal moves (docs/design.md section 4).
 
@@ -183,8 +193,7 @@ def legal_po_loss(
     game row naming none (a rule break) keeps the sequence's ``lp`` and ``ref``. Each game
     row with legal moves adds ``legal_mass_coeff * -legal_logmass * w``, the log of the
     legal moves' mass at its decision; the game terms are over ``n_game``, the SFT term
-    as in :func:`offline_po_loss`. ``coeffs``: kl_coeff, sft_coeff, clip_eps,
-    legal_mass_coeff.
+    as in :func:`offline_po_loss`.
     """
     is_sft = is_sft.bool()
     is_game = ~is_sft
@@ -194,21 +203,16 @@ def legal_po_loss(
     live = is_game & (weight > 0)  # weight 0: a control arm (see offline_po_loss)
     log_ratio = x[live] - x_ref[live]
     ratio = log_ratio.exp()
-    adv = reward[live] - coeffs["kl_coeff"] * log_ratio
-    eps = coeffs["clip_eps"]
-    ppo = -torch.minimum(adv * ratio, adv * ratio.clamp(1.0 - eps, 1.0 + eps))
+    adv = reward[live] - kl_coeff * log_ratio
+    ppo = -torch.minimum(adv * ratio, adv * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps))
     n_sft = is_sft.sum()
     n_game = is_game.sum()
     zero = lp.sum() * 0.0
-    sft_term = (
-        coeffs["sft_coeff"] * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
-    )
+    sft_term = sft_coeff * (-lp * weight)[is_sft].sum() / n_sft if int(n_sft) > 0 else zero
     mass = live & has_legal.bool()
     game_term = zero
     if int(n_game) > 0:
         game_term = (ppo * weight[live]).sum() / n_game
-        game_term = game_term + coeffs["legal_mass_coeff"] * (
-            (-legal_logmass * weight)[mass].sum() / n_game
-        )
-    clipped = ((ratio.detach() - 1.0).abs() > eps).sum()
+        game_term = game_term + legal_mass_coeff * ((-legal_logmass * weight)[mass].sum() / n_game)
+    clipped = ((ratio.detach() - 1.0).abs() > clip_eps).sum()
     return sft_term + game_term, loss_stats(x, x_ref, is_sft, clipped)

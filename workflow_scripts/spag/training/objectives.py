@@ -6,15 +6,17 @@ formulas are in :mod:`spag.training.losses`, docs/design.md section 4).
 :data:`OBJECTIVES` registers them; the trainer, its batch sampler and the rules' flags
 read the registry.
 
-A coefficient is a stage key, declared once in ``spag.training.settings.StageSettings``
-(its name, default, bounds and help; a ``spag train`` flag of the same name); the
-Trainer's arguments carry it under that name, and ``loss`` reads it from them
-(``args.kl_coeff``), as TRL's losses read ``self.args``.
+A coefficient is declared once, as a field of :class:`LossSettings` below (its name,
+default, bounds and help): the stages' config keys (``spag.training.settings.StageSettings``),
+``spag train``'s flag of the same name and the Trainer's arguments
+(``spag.training.arguments.SpagTrainingArguments``) all inherit it, and ``loss`` reads
+it from those arguments (``args.kl_coeff``), as TRL's losses read ``self.args``.
 
 To add one: write its class here (``coefficients``, ``paper``, ``loss``,
 ``learns_from_instructions``, ``mixes_types``, ``needs_moves``) and register it in
 :data:`OBJECTIVES`; the config accepts its name from then on (the schema's
-``objective`` key lists the registry), and refuses a coefficient it does not read.
+``objective`` key lists the registry), and refuses a coefficient it does not read. A
+new coefficient is one more field of :class:`LossSettings`.
 
 - ``loss(args, lp, ref, batch)`` returns the loss and a
   :class:`spag.training.losses.LossStats` for the log, made by
@@ -29,14 +31,14 @@ To add one: write its class here (``coefficients``, ``paper``, ``loss``,
   several micro-batches) and ``ref_logprob``; with ``needs_moves``, also
   ``move_logprob``, ``ref_move_logprob``, ``legal_logmass``, ``has_move`` and
   ``has_legal`` (:class:`spag.training.packing.MoveLogprobs`).
-
-A new coefficient is also a field of ``StageSettings`` (its one declaration) and a
-``declared_as`` line of ``SpagTrainingArguments``, which the loss reads.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from spag.settings import Checked, opt
 
 if TYPE_CHECKING:  # torch only where a loss runs: the workflow reads the registry without it
     import torch
@@ -63,7 +65,9 @@ class SftKl:
     ) -> tuple[torch.Tensor, LossStats]:
         from spag.training.losses import sft_with_kl_loss
 
-        return sft_with_kl_loss(lp, ref, batch["weight"].float(), batch["is_sft"], args.kl_coeff)
+        return sft_with_kl_loss(
+            lp, ref, batch["weight"].float(), batch["is_sft"], kl_coeff=args.kl_coeff
+        )
 
 
 class OfflinePO:
@@ -90,9 +94,9 @@ class OfflinePO:
             batch["reward"].float(),
             batch["weight"].float(),
             batch["is_sft"],
-            args.kl_coeff,
-            args.sft_coeff,
-            args.clip_eps,
+            kl_coeff=args.kl_coeff,
+            sft_coeff=args.sft_coeff,
+            clip_eps=args.clip_eps,
         )
 
 
@@ -128,7 +132,7 @@ class LegalPO:
             batch["reward"].float(),
             batch["weight"].float(),
             batch["is_sft"],
-            {k: getattr(args, k) for k in self.coefficients},
+            **{k: getattr(args, k) for k in self.coefficients},
         )
 
 
@@ -150,3 +154,35 @@ def paper_defaults(name: str) -> dict[str, float]:
     """The paper's learning rate and KL coefficient for the objective ``name``: the
     defaults of a stage's ``learning_rate`` and ``kl_coeff`` keys."""
     return dict(OBJECTIVES[name].paper)
+
+
+@dataclass(kw_only=True)
+class LossSettings(Checked):
+    """The loss of a training stage: the objective, the coefficients the objectives read
+    (the paper's values) and the order of its batches (``mixes_types`` keeps the mix in
+    length-grouped batches). A stage's config keys and the Trainer's arguments inherit
+    these fields; an objective reads its own (``coefficients``) from the arguments."""
+
+    group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
+    kl_coeff: float | None = opt(
+        None, "KL coefficient; default: the objective's", ge=0, filled="objective"
+    )
+    sft_coeff: float = opt(
+        0.5, "weight of the SFT term, for the objectives that have one (offline_po, legal_po)", ge=0
+    )
+    clip_eps: float = opt(
+        0.2, "ratio clip range, for the objectives that clip (offline_po, legal_po)", gt=0
+    )
+    legal_mass_coeff: float = opt(
+        1.0,
+        "legal_po: weight of -log(the legal moves' mass) at each game sample's decision, "
+        "the term that keeps replies on the moves",
+        ge=0,
+    )
+    objective: str | None = opt(
+        None,
+        "the loss: a name registered in spag/training/objectives.py OBJECTIVES; default: "
+        "the paper's for the stage (imitation: sft_kl, spag: offline_po)",
+        choices=OBJECTIVES,
+        filled="stage",
+    )

@@ -32,7 +32,7 @@ from spag.ops import (
 from spag.ops import TRACKING_DIR as DEFAULT_TRACKING_DIR
 from spag.settings import Checked, config_options, opt, req
 from spag.training.lora import LoraSettings
-from spag.training.objectives import OBJECTIVES, coefficients, paper_defaults
+from spag.training.objectives import OBJECTIVES, LossSettings, coefficients, paper_defaults
 
 # Every objective's coefficients: a stage passes only its own objective's.
 COEFFICIENTS = {key for name in OBJECTIVES for key in coefficients(name)}
@@ -52,9 +52,9 @@ SCHEDULERS = (
 
 
 @dataclass(kw_only=True)
-class StageSettings(Checked):
-    """Hyper-parameters of one training stage (config ``imitation`` / ``spag``, both of
-    the schema's ``$defs.training``)."""
+class StageOptimization(Checked):
+    """How a training stage runs its updates: the optimizer, the schedule, the batches,
+    the precision and the adapter."""
 
     learning_rate: float | None = opt(
         None, "peak learning rate; default: the objective's", gt=0, filled="objective"
@@ -87,7 +87,6 @@ class StageSettings(Checked):
     )
     save_steps: int = opt(100, "trainer checkpoint every K steps (for resume)", ge=1)
     logging_steps: int = opt(1, "loss log row every K steps", ge=1)
-    group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
     padding_free: bool = opt(
         True,
         "pack a micro-batch in one row, attention per sample: no padding slots (false: "
@@ -99,30 +98,14 @@ class StageSettings(Checked):
         "merged into the stage's model folder (its adapter/ kept); null: full "
         "fine-tuning, the paper's method",
     )
-    # The objectives' coefficients, the paper's values (spag.training.objectives: each
-    # objective reads its own from the Trainer's arguments).
-    kl_coeff: float | None = opt(
-        None, "KL coefficient; default: the objective's", ge=0, filled="objective"
-    )
-    sft_coeff: float = opt(
-        0.5, "weight of the SFT term, for the objectives that have one (offline_po, legal_po)", ge=0
-    )
-    clip_eps: float = opt(
-        0.2, "ratio clip range, for the objectives that clip (offline_po, legal_po)", gt=0
-    )
-    legal_mass_coeff: float = opt(
-        1.0,
-        "legal_po: weight of -log(the legal moves' mass) at each game sample's decision, "
-        "the term that keeps replies on the moves",
-        ge=0,
-    )
-    objective: str | None = opt(
-        None,
-        "the loss: a name registered in spag/training/objectives.py OBJECTIVES; default: "
-        "the paper's for the stage (imitation: sft_kl, spag: offline_po)",
-        choices=OBJECTIVES,
-        filled="stage",
-    )
+
+
+# The loss's keys come last (bases' fields are ordered from the last base on): a stage's
+# flags keep the order of earlier runs' command lines.
+@dataclass(kw_only=True)
+class StageSettings(LossSettings, StageOptimization):
+    """Hyper-parameters of one training stage (config ``imitation`` / ``spag``, both of
+    the schema's ``$defs.training``): its updates and its loss."""
 
 
 @dataclass(kw_only=True)
