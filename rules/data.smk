@@ -34,7 +34,9 @@ if GAME.deals is None:
 else:
     SECRETS_STEP = dict(
         input=dict(),
-        params=dict(args=cli_flags(game=GAME.name)),
+        params=dict(
+            args=cli_flags(game=GAME.name, game_settings=config["game"]["settings"])
+        ),
         shell=(
             "exec spag deals --output-train {output.train:q}"
             " --output-test {output.test:q} {params.args} > {log:q} 2>&1"

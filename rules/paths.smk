@@ -6,7 +6,7 @@ from pathlib import Path
 from spag.game.base import load_game
 from spag.game.teacher import uses_teacher
 
-GAME = load_game(config["game"]["name"])
+GAME = load_game(config["game"]["name"], config["game"]["settings"])
 EPOCHS = config["epochs"]
 NUM_SHARDS = config["selfplay"]["num_shards"]
 EVAL_NUM_SHARDS = config["evaluation"]["num_shards"]

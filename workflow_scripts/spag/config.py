@@ -391,7 +391,10 @@ def _game_defaults(
     scripted demonstrations for a game without a scripted player."""
     from spag.game.base import load_game
 
-    game = load_game(config["game"]["name"])
+    try:
+        game = load_game(config["game"]["name"], config["game"]["settings"])
+    except SpagInputError as exc:
+        raise SpagInputError(f"{source}: {exc}") from None
     if config["game"]["prompts"] is None:
         config["game"]["prompts"] = game.prompts_file
     if config["data"]["imitation"] is None:
@@ -466,7 +469,7 @@ def _check_hints(config: dict[str, Any], source: str) -> None:
 def load_game_deals(config: dict[str, Any]) -> tuple[str, ...] | None:
     from spag.game.base import load_game
 
-    return load_game(config["game"]["name"]).deals
+    return load_game(config["game"]["name"], config["game"]["settings"]).deals
 
 
 def num_secrets(config: dict[str, Any], split: str) -> int:

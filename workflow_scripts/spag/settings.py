@@ -52,6 +52,7 @@ __all__ = [
     "config_options",
     "field_type",
     "from_arguments",
+    "from_words",
     "load_section_class",
     "opt",
     "req",
@@ -156,7 +157,7 @@ _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 def _json_types(hint: Any) -> list[str]:
     if typing.get_origin(hint) in (list, tuple):
         return ["array"]
-    if dataclasses.is_dataclass(hint):
+    if dataclasses.is_dataclass(hint) or typing.get_origin(hint) is dict:
         return ["object"]
     return [_JSON_TYPES[hint]]
 
@@ -176,7 +177,7 @@ def field_schema(cls: type, f: dataclasses.Field) -> dict[str, Any]:
         node["type"] = names[0] if len(names) == 1 else names
         if names[0] == "array":
             node["items"] = {"type": _json_types(typing.get_args(kinds[0])[0])[0]}
-        elif names[0] == "object":
+        elif names[0] == "object" and dataclasses.is_dataclass(kinds[0]):
             # A group of settings declared by its own dataclass (a mapping in the config).
             declared = section_schema(kinds[0])
             node.update(additionalProperties=False, properties=declared["properties"])
@@ -281,12 +282,13 @@ def from_arguments(cls: type, args: argparse.Namespace, **given: Any) -> Any:
     for f in dataclasses.fields(cls):
         kind = field_type(cls, f)
         if dataclasses.is_dataclass(kind) and isinstance(values.get(f.name), list):
-            values[f.name] = _from_words(kind, values[f.name], _flag(f))
+            values[f.name] = kind(**from_words(kind, values[f.name], _flag(f)))
     return cls(**values)
 
 
-def _from_words(cls: type, words: list[str], flag: str) -> Any:
-    """A group of settings from ``KEY=VALUE`` words (what :func:`cli_flags` writes)."""
+def from_words(cls: type, words: list[str], flag: str) -> dict[str, Any]:
+    """The values of a group of settings ``cls`` from ``KEY=VALUE`` words (what
+    :func:`cli_flags` writes for a mapping), typed by its fields."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for word in words:
@@ -298,14 +300,15 @@ def _from_words(cls: type, words: list[str], flag: str) -> Any:
         kind = field_type(cls, fields[key])
         try:
             if _is_list(kind):
-                values[key] = tuple(t for t in text.split(",") if t)
+                item = typing.get_args(kind)[0]
+                values[key] = tuple(item(t) for t in text.split(",") if t)
             elif kind is bool:
                 values[key] = {"true": True, "false": False}[text.lower()]
             else:
                 values[key] = kind(text)
         except (KeyError, ValueError):
             raise SpagInputError(f"{flag}: {key}={text!r} is not a {kind.__name__}") from None
-    return cls(**values)
+    return values
 
 
 def setting_names(cls: type) -> list[str]:

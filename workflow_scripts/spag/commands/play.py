@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from spag.ops.progress import GameProgress
 
     game = load_game(c.game)
-    words = shard_words(read_word_list(c.words), c.shard_index, c.num_shards)
+    words = shard_words(read_word_list(c.words, game.check_secret), c.shard_index, c.num_shards)
     prompts = game.load_prompts(c.prompts)
     seed = shard_seed(c.seed, c.epoch, c.shard_index)
     if c.opponent:

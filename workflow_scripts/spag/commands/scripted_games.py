@@ -28,8 +28,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.games_per_word < 1:
         raise SpagInputError(f"--games-per-word must be at least 1, got {args.games_per_word}")
+    game = load_game(args.game)
     table = scripted_games(
-        load_game(args.game), read_word_list(args.words), args.games_per_word, args.seed,
+        game, read_word_list(args.words, game.check_secret), args.games_per_word, args.seed,
         args.max_turns,
     )  # fmt: skip
     write_parquet(table, args.output)

@@ -17,7 +17,7 @@ import logging
 import os
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,13 +99,16 @@ def _read_lines(path: str | os.PathLike) -> list[str]:
     return text.splitlines()
 
 
-def read_word_list(path: str | os.PathLike) -> list[str]:
-    """Read a word list strictly: one lower-case alphabetic word a line, no blanks, no repeats.
+def read_word_list(
+    path: str | os.PathLike, check: Callable[[str, str], str] = check_word
+) -> list[str]:
+    """Read a word list strictly: one word a line, no blanks, no repeats.
 
     Only a line end (``\\n`` or ``\\r\\n``) is tolerated around a word. A missing or
-    empty file, a blank line, a duplicate, a word with anything but ``a``-``z`` (a
-    shell metacharacter in particular) raises :class:`SpagInputError` naming the
-    file and the line number.
+    empty file, a blank line, a duplicate, or a word ``check`` refuses (by default a
+    word with anything but ``a``-``z``, a shell metacharacter in particular; a game's
+    secrets: its ``check_secret``) raises :class:`SpagInputError` naming the file and
+    the line number.
     """
     lines = _read_lines(path)
     if not lines:
@@ -116,7 +119,7 @@ def read_word_list(path: str | os.PathLike) -> list[str]:
         where = f"{path}:{lineno}"
         if not line.strip():
             raise SpagInputError(f"{where}: blank line in word list")
-        word = check_word(line, where)
+        word = check(line, where)
         if word in seen:
             raise SpagInputError(f"{where}: duplicate word {word!r} (first on line {seen[word]})")
         seen[word] = lineno

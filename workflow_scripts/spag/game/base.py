@@ -18,7 +18,14 @@ and judges what is said), kept to what a batched, turn-by-turn loop needs:
   outcome and the message that decided it;
 - where its secrets come from: a word source (``deals`` None: Taboo's target words,
   config ``words``) or a closed set the game lists (``deals``: Kuhn Poker's six deals,
-  each played ``selfplay.games_per_secret`` times per epoch);
+  each played ``selfplay.games_per_secret`` times per epoch); a secret is any one-line
+  string unless the game narrows it (``check_secret``: Taboo's are words a-z, since its
+  judge builds patterns and plurals from them);
+- optionally its own settings (``settings``: a dataclass in the game's module, its
+  fields the config's ``game.settings`` keys with their defaults): they decide the
+  game's deals (:meth:`TwoPlayerGame.with_settings`), so that the secret a game is
+  dealt carries everything its rules need after that (a rerun shard, a judge, a reward
+  scheme reads the game from its secret alone);
 - optionally a scripted player (``scripted_reply``), legal but naive, whose games
   can be M0's demonstrations (``data.imitation: scripted``);
 - optionally a closed set of moves (``move_set``: Kuhn Poker's check, bet, call, fold;
@@ -42,9 +49,11 @@ its module, its prompts file under ``data/``, and its line in :data:`GAMES`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import random
+import re
 import string
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -54,6 +63,9 @@ from spag.errors import SpagInputError
 
 # The project's root: a game's shipped prompts file is a path relative to it.
 PROJECT_DIR = Path(__file__).resolve().parents[3]
+
+# A secret as a word list holds it: one line, no white space around it.
+ONE_LINE = re.compile(r"[^\s](?:[^\n\r]*[^\s])?")
 
 # A game's messages so far, in order: each {"role": ..., "content": ...}.
 History = Sequence[Mapping[str, str]]
@@ -73,6 +85,8 @@ class Game(Protocol):
     outcomes: tuple[str, ...]  # every outcome name written to the data, in table order
     prompts_file: str  # the shipped prompts file, relative to the project (game.prompts)
     deals: tuple[str, ...] | None  # a closed set of secrets, or None: from config words
+    # The dataclass of the game's own settings (config game.settings), or None: it has none.
+    settings: type | None
     demonstrations: str  # data.imitation's default: a shipped file, or "scripted"
     # (history, secret, random.Random) -> a reply; None when the game has no scripted player.
     scripted_reply: Callable[[History, str, random.Random], str] | None
@@ -83,6 +97,13 @@ class Game(Protocol):
     infosets: tuple[Any, ...] | None
     # word -> the reply that guesses it (graded hints), or None: the game has no guess.
     guess_text: Callable[[str], str] | None
+
+    def with_settings(self, values: Mapping[str, Any]) -> Game:
+        """The game under its settings ``values`` (config ``game.settings``)."""
+
+    def check_secret(self, secret: str, where: str) -> str:
+        """``secret`` if the game can play it, else a :class:`SpagInputError` naming
+        ``where`` (a word list's ``file:line``)."""
 
     def winner(self, outcome: str) -> str | None:
         """The role that won ``outcome`` by play; None for ties and rule breaks."""
@@ -127,12 +148,14 @@ class Game(Protocol):
         picks the variant."""
 
 
-def load_game(name: str) -> Game:
-    """The registered game ``name`` (config ``game.name``)."""
+def load_game(name: str, settings: Mapping[str, Any] | None = None) -> Game:
+    """The registered game ``name`` (config ``game.name``) under its ``settings`` (config
+    ``game.settings``; None or empty: its defaults)."""
     if name not in GAMES:
         raise SpagInputError(f"game.name: unknown game {name!r} (known: {', '.join(GAMES)})")
     module, obj = GAMES[name].split(":")
-    return getattr(importlib.import_module(module), obj)
+    game = getattr(importlib.import_module(module), obj)
+    return game.with_settings(settings) if settings else game
 
 
 def other_role(game: Game, role: str) -> str:
@@ -213,6 +236,7 @@ class TwoPlayerGame:
     outcomes: ClassVar[tuple[str, ...]]
     prompts_file: ClassVar[str]
     deals: ClassVar[tuple[str, ...] | None] = None
+    settings: ClassVar[type | None] = None
     demonstrations: ClassVar[str]
     scripted_reply: ClassVar[Callable[..., str] | None] = None
     move_set: ClassVar[tuple[str, ...] | None] = None
@@ -221,6 +245,31 @@ class TwoPlayerGame:
     won: ClassVar[Mapping[str, tuple[str, float]]]
     broken: ClassVar[Mapping[str, str]]
     rule_break_cost: ClassVar[float] = 1.0
+
+    def __init__(self, options: Any = None) -> None:
+        # The game's settings (an instance of ``settings``), its defaults unless given.
+        self.options = options if options is not None or self.settings is None else self.settings()
+
+    def with_settings(self, values: Mapping[str, Any]) -> TwoPlayerGame:
+        """This game with the settings ``values`` (each a field of ``settings``)."""
+        declared = [f.name for f in dataclasses.fields(self.settings)] if self.settings else []
+        for key in values:
+            if key not in declared:
+                known = f"its settings: {', '.join(declared)}" if declared else "it has none"
+                raise SpagInputError(f"game.settings.{key}: not a setting of {self.name} ({known})")
+        try:
+            return type(self)(dataclasses.replace(self.options, **values))
+        except (TypeError, ValueError, SpagInputError) as exc:
+            raise SpagInputError(f"game.settings of {self.name}: {exc}") from None
+
+    def check_secret(self, secret: str, where: str) -> str:
+        """Any one-line string without white space around it (a line of a word list)."""
+        if not ONE_LINE.fullmatch(secret):
+            raise SpagInputError(
+                f"{where}: secret {secret!r} of {self.name} is not one line without white "
+                "space around it"
+            )
+        return secret
 
     def winner(self, outcome: str) -> str | None:
         won = self.won.get(outcome)

@@ -4,6 +4,7 @@ scores or trains: the number of turns, the prompt texts and how prompts are rend
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from spag.game.base import GAMES
 from spag.models.rendering import PROMPT_FORMATS
@@ -32,4 +33,9 @@ class GameSettings(Checked):
         "tokenizer's chat template (instruct models) in play, training, scoring and "
         "evaluation",
         choices=PROMPT_FORMATS,
+    )
+    settings: dict[str, Any] | None = opt(
+        None,
+        "the chosen game's own settings, declared in its module (Game.settings) with their "
+        "defaults; they decide its deals. null: its defaults (Taboo and Kuhn Poker have none)",
     )

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spag.data.words import check_word
 from spag.errors import SpagInputError
 from spag.game.base import History, PromptsFile, TwoPlayerGame
 
@@ -308,6 +309,8 @@ class AdversarialTaboo(TwoPlayerGame):
     prompts_file = "data/prompts.yaml"
     demonstrations = "data/demo_games.json"  # the shipped demonstration games
     deals = None  # target words come from the word source (config words)
+    # Words a-z only: the judge builds patterns and plurals from them.
+    check_secret = staticmethod(check_word)
     # +1 for the winner, -1 for the loser; a rule break loses; 0 in a tie.
     won = {ATTACKER_WINS: (ATTACKER, 1.0), DEFENDER_WINS: (DEFENDER, 1.0)}
     broken = {ATTACKER_BROKE_RULES: ATTACKER}

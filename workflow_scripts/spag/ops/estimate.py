@@ -223,7 +223,7 @@ def epoch_shape(config: dict[str, Any], reply_tokens: float | None = None) -> Sh
     from spag.config import num_secrets
     from spag.game.base import load_game
 
-    game = load_game(config["game"]["name"])
+    game = load_game(config["game"]["name"], config["game"]["settings"])
     turns = config["game"]["max_turns"]
     sp = config["selfplay"]
     games = num_secrets(config, "train") * sp["games_per_secret"]
