@@ -43,6 +43,7 @@ rule eval_play:
     resources:
         **job_resources("evaluate"),
     params:
+        **algorithm("game"),
         threads=threads_arg,
         seed=config["seed"],
         num_shards=EVAL_NUM_SHARDS,
@@ -75,6 +76,7 @@ rule eval_merge:
     resources:
         **job_resources("cpu"),
     params:
+        **algorithm("game"),
         game=config["game"]["name"],
     shell:
         "exec spag merge-episodes --inputs {input:q} --output {output:q} --game {params.game}"

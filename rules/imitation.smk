@@ -30,6 +30,7 @@ rule teacher_play:
     resources:
         **job_resources(teacher_family()),
     params:
+        **algorithm("game"),
         seed=config["seed"],
         num_shards=config["data"]["teacher"]["num_shards"],
         shard=lambda wildcards: int(wildcards.shard),
@@ -62,6 +63,7 @@ rule teacher_games:
     resources:
         **job_resources("cpu"),
     params:
+        **algorithm("game"),
         game=config["game"]["name"],
     shell:
         "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"
@@ -85,6 +87,7 @@ rule scripted_games:
     resources:
         **job_resources("cpu"),
     params:
+        **algorithm("game"),
         args=cli_flags(
             game=config["game"]["name"],
             games_per_word=config["data"]["scripted"]["games_per_secret"],
@@ -113,6 +116,7 @@ rule imitation_samples:
     resources:
         **job_resources("cpu"),
     params:
+        **algorithm("imitation"),
         game=config["game"]["name"],
         seed=config["seed"],
         # Teacher games must show both roles won (a released file is taken as it is).
@@ -170,6 +174,7 @@ rule train_imitation:
     resources:
         **job_resources("train"),
     params:
+        **algorithm("objective", "imitation"),
         launch=train_launcher(),
         checkpoints=str(CHECKPOINTS / "imitation"),
         args=train_args("imitation"),

@@ -3,6 +3,7 @@
 # flags that rules pass to `spag` (spag.ops.cluster and each step's settings declaration).
 # No rules.
 
+from spag.ops.algorithm import algorithm_params
 from spag.ops.cluster import family_resources, torchrun_prefix
 from spag.commands.assign_rewards import AssignRewardsConfig
 from spag.commands.eval_reasoning import EvalReasoningConfig
@@ -126,3 +127,9 @@ def rewards_args():
     return step_flags(
         AssignRewardsConfig, **rewards_arguments(config), game=config["game"]["name"]
     )
+
+
+# The rerun trigger on the algorithm's source (config rerun_on_algorithm_edits): no
+# params at all when off, so that finished runs' params stay as they were.
+def algorithm(part, stage=None):
+    return algorithm_params(config, part, stage)

@@ -23,6 +23,7 @@ rule selfplay:
     resources:
         **job_resources("selfplay"),
     params:
+        **algorithm("game"),
         threads=threads_arg,
         seed=config["seed"],
         num_shards=NUM_SHARDS,
@@ -52,6 +53,7 @@ rule merge_episodes:
     resources:
         **job_resources("cpu"),
     params:
+        **algorithm("game"),
         game=config["game"]["name"],
     shell:
         "exec spag merge-episodes --inputs {input:q} --output {output.episodes:q}"

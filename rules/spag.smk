@@ -38,8 +38,9 @@ rule assign_rewards:
             if RAE
             else {}
         ),
-        rewards=rewards_args(),
+        **algorithm("rewards"),
         # Each epoch draws its own randomised training prompts.
+        rewards=rewards_args(),
         seed=lambda wildcards: config["seed"] * 1000 + int(wildcards.epoch),
     shell:
         "exec spag assign-rewards --episodes {input.episodes:q} --output {output.samples:q}"
@@ -77,5 +78,6 @@ use rule train_imitation as train_spag with:
     benchmark:
         bench_path("epoch{epoch}", "train.tsv")
     params:
+        **algorithm("objective", "spag"),
         checkpoints=str(CHECKPOINTS / "epoch{epoch}"),
         args=train_args("spag"),

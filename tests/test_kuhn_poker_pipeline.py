@@ -24,8 +24,9 @@ from spag.evaluation.strategy import (
 )
 from spag.game import kuhn_poker as kuhn
 from spag.game.base import load_game
+from spag.game.imitation import imitation_samples
 from spag.game.kuhn_poker import KUHN_POKER, infoset_prompt, play_hand
-from spag.game.rewards import REWARD_SCHEMES, assign_rewards, imitation_samples
+from spag.game.rewards import REWARD_SCHEMES, assign_rewards
 from spag.game.scripted import scripted_games
 from spag.game.taboo import TABOO
 

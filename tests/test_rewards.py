@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from spag.cli import main
 from spag.data.tables import EPISODE_FIELDS, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
-from spag.game import rewards
+from spag.game import imitation, rewards
 from spag.game.rewards import RewardsSettings, role_weights
 from spag.game.taboo import TABOO
 from spag.judge import judge_game
@@ -29,7 +29,7 @@ def assign_rewards(table: pa.Table, **given) -> pa.Table:
 
 
 def imitation_samples(*tables: pa.Table | None, **given) -> pa.Table:
-    return rewards.imitation_samples(*tables, **{"seed": 0, "source": "episodes", **given})
+    return imitation.imitation_samples(*tables, **{"seed": 0, "source": "episodes", **given})
 
 
 def episodes_table(games: list[tuple[str, str, int, list[str]]]) -> pa.Table:

@@ -11,6 +11,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 from workflow_utils import (
+    REPO,
     TINY_OVERLAY,
     copy_run,
     failing_shards_env,
@@ -168,6 +169,38 @@ def test_a_finished_run_switched_to_role_baselines_plans_its_rewards_again(tiny_
     counts = job_counts(res.stdout + res.stderr)
     assert counts["assign_rewards"] == 1 and counts["train_spag"] == 1, counts
     assert not {"selfplay", "train_imitation", "score_imitation"} & set(counts), counts
+
+
+def test_an_edit_of_the_algorithm_reruns_what_it_changes(tiny_run, tmp_path):
+    """rerun_on_algorithm_edits: an edit of the reward schemes' module plans the rewards
+    and what reads them again, not self-play nor M0; an edit of a backend plans nothing.
+    The run is marked as built under the key (``--touch``), and the edits are made to
+    a copy of the package."""
+    wd = copy_run(tiny_run, tmp_path / "run")
+    package = tmp_path / "package"
+    shutil.copytree(REPO / "workflow_scripts" / "spag", package / "spag")
+    env = {"PYTHONPATH": str(package)}
+    on = {"rerun_on_algorithm_edits": True}
+    res = snakemake(wd, "spag_epoch1", "--touch", config=on, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+
+    def plan():
+        res = snakemake(wd, "spag_epoch1", "-n", config=on, env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return job_counts(res.stdout + res.stderr)
+
+    assert not plan()
+    rewards = package / "spag" / "game" / "rewards.py"
+    rewards.write_text(rewards.read_text().replace("def winners(", "# edited\ndef winners(", 1))
+    counts = plan()
+    assert counts["assign_rewards"] == counts["train_spag"] == counts["eval_play"] == 1, counts
+    assert not {"selfplay", "merge_episodes", "imitation_samples", "train_imitation"} & set(
+        counts
+    ), counts
+    shutil.copy2(REPO / "workflow_scripts" / "spag" / "game" / "rewards.py", rewards)
+    backend = package / "spag" / "generation" / "hf_backend.py"
+    backend.write_text(backend.read_text() + "# edited\n")
+    assert not plan()
 
 
 def test_a_lora_epoch_on_a_copy_of_the_run(tiny_run, tmp_path):

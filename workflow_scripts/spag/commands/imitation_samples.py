@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from spag.game.rewards import IMITATE
+from spag.game.imitation import IMITATE
 from spag.game.settings import GameSettings
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from spag.data.imitation import load_imitation_inputs
     from spag.data.tables import write_parquet
     from spag.game.base import load_game
-    from spag.game.rewards import imitation_samples
+    from spag.game.imitation import imitation_samples
 
     game = load_game(args.game)
     games, instructions = load_imitation_inputs(args.input)

@@ -1,5 +1,5 @@
-"""Samples for training: rewards of self-play games and imitation data (docs/design.md
-section 3).
+"""Rewards of self-play games (docs/design.md section 3): the schemes by name and the
+samples table of an epoch.
 
 A reward scheme (config ``rewards.scheme``) turns one judged game into samples: which
 messages are learned from and with what reward. :data:`REWARD_SCHEMES` registers them
@@ -15,23 +15,18 @@ from __future__ import annotations
 import functools
 import json
 import random
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from spag.data.tables import META_GAME, SAMPLE_SCHEMA
 from spag.errors import SpagInputError
 from spag.game.base import Game
 from spag.game.episodes import Episode, check_columns, is_judged, iter_episodes
+from spag.game.samples import SampleRows, game_rows, validate_sft
 from spag.settings import Checked, config_options, opt
-
-# A scheme: (game, episode, outcome, n, decay) -> [(message index, reward)], the
-# messages among the first n that become samples of their author's role.
-RewardScheme = Callable[[Game, Episode, str, int, float], list[tuple[int, float]]]
 
 
 def winners(
@@ -231,92 +226,6 @@ def role_weights(games: Mapping[str, int], game: Game) -> dict[str, float]:
     return {r: n / (2 * games[r]) if games.get(r, 0) > 0 else 0.0 for r in game.roles}
 
 
-def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
-    """The ``query`` and ``target`` columns of an instruction table, checked."""
-    out = []
-    for name in ("query", "target"):
-        if name not in table.column_names:
-            raise SpagInputError(f"{source}: missing column '{name}'")
-        col = table.column(name)
-        if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-            raise SpagInputError(f"{source}: column '{name}' has type {col.type}, expected string")
-        values = col.to_pylist()
-        if col.null_count:
-            raise SpagInputError(f"{source}: column '{name}' is null in row {values.index(None)}")
-        out.append(values)
-    return out[0], out[1]
-
-
-class _Samples:
-    """The sample table's columns as lists (a row of dicts each would double the memory
-    of 100,000 games' long prompts)."""
-
-    def __init__(self) -> None:
-        self.columns: dict[str, list] = {name: [] for name in SAMPLE_SCHEMA.names}
-
-    def add(self, **row: Any) -> None:
-        for name, values in self.columns.items():
-            values.append(row[name])
-
-    def add_sft(self, queries: list[str], targets: list[str]) -> None:
-        for q, t in zip(queries, targets, strict=True):
-            self.add(type="sft", role=None, episode_id=None, turn=None, query=q, target=t,
-                     reward=1.0, weight=1.0, move=None, legal_moves=None)  # fmt: skip
-
-    def table(self, game: Game) -> pa.Table:
-        table = pa.table(self.columns, schema=SAMPLE_SCHEMA)
-        if game.move_set is not None:
-            table = table.replace_schema_metadata({META_GAME: game.name.encode()})
-        return table
-
-
-def _game_rows(
-    game: Game,
-    episodes: Iterable[Episode],
-    prompts: Any,
-    rand: Callable[[], float],
-    scheme: RewardScheme,
-    weight: Callable[[str], float],
-    samples: _Samples,
-    decay: float,
-) -> tuple[Counter, list[str]]:
-    """One loop over the games: take each one's verdict (as stored by the judge in a
-    judged table, else the judge's now), let the scheme pick its samples, build their
-    randomised prompts, add them to ``samples`` with ``weight(role)`` (or 0.0 for now).
-    Returns the games per role that gave samples, and every game's outcome."""
-    sampled: Counter = Counter()
-    outcomes = []
-    for episode in episodes:
-        verdict = episode.verdict
-        if verdict is None:
-            verdict = game.judge(episode.history, episode.secret, episode.max_turns)
-        outcome, n = verdict
-        outcomes.append(outcome)
-        picked = scheme(game, episode, outcome, n, decay)
-        for role in {episode.history[k]["role"] for k, _ in picked}:
-            sampled[role] += 1
-        for k, reward in picked:
-            role = episode.history[k]["role"]
-            query = game.training_prompt(
-                prompts, episode.history[:k], role, episode.secret, episode.max_turns, rand()
-            )
-            target = episode.history[k]["content"].strip()
-            closed = game.move_set is not None
-            samples.add(
-                type="game",
-                role=role,
-                episode_id=episode.episode_id,
-                turn=k,
-                query=query,
-                target=target,
-                reward=reward,
-                weight=weight(role),
-                move=game.read_move(target) if closed else None,
-                legal_moves=list(game.legal_moves(episode.history[:k])) if closed else None,
-            )
-    return sampled, outcomes
-
-
 def assign_rewards(
     episodes_table: pa.Table,
     *,
@@ -354,7 +263,7 @@ def assign_rewards(
     table = check_columns(episodes_table, source, judged)
     sft_cols = validate_sft(sft, sft_source) if sft is not None else None
     prompts = prompts if prompts is not None else game.load_prompts()
-    samples = _Samples()
+    samples = SampleRows()
     rand = random.Random(seed).random
     episodes = iter_episodes(table, source, judged, game=game)
     pick = REWARD_SCHEMES[scheme].pick
@@ -363,7 +272,7 @@ def assign_rewards(
             baselines = RoleBaselines(RewardsSettings.baseline_decay)
         pick = functools.partial(rae, baselines=baselines, drop_zero=drop_zero_advantage,
                                  rule_break_cost=rule_break_cost)  # fmt: skip
-    sampled, _ = _game_rows(
+    sampled, _ = game_rows(
         game,
         episodes,
         prompts,
@@ -380,75 +289,4 @@ def assign_rewards(
     samples.columns["weight"] = [weights[r] for r in samples.columns["role"]]
     if sft_cols is not None:
         samples.add_sft(*sft_cols)
-    return samples.table(game)
-
-
-def _imitate(
-    game: Game, episode: Episode, outcome: str, n: int, decay: float
-) -> list[tuple[int, float]]:
-    # Imitation: the winner's messages, reward 1.0 each.
-    return [(k, 1.0) for k, _ in winners(game, episode, outcome, n, decay)]
-
-
-def _imitate_every(
-    game: Game, episode: Episode, outcome: str, n: int, decay: float
-) -> list[tuple[int, float]]:
-    # Every message of a game nobody broke, reward 1.0 each: the demonstrator's policy
-    # itself (a loser's moves too: Kuhn Poker's fold is never a winner's move).
-    return [] if game.rule_breaker(outcome) else [(k, 1.0) for k in range(n)]
-
-
-# Which messages of demonstration games M0 imitates (config data.scripted.imitate).
-IMITATE = {"winners": _imitate, "every": _imitate_every}
-
-
-def imitation_samples(
-    episodes_table: pa.Table | None = None,
-    instructions: pa.Table | None = None,
-    *,
-    seed: int,
-    prompts: Any = None,
-    source: str,
-    instructions_source: str = "instructions",
-    both_roles_key: str | None = None,
-    game: Game,
-    imitate: str = "winners",
-) -> pa.Table:
-    """Imitation data: the winner's messages of decisive demonstration games (with
-    ``imitate="every"``: every message of every game without a rule break), type
-    ``game``, reward 1.0, weight 1.0, randomised prompts; then instruction rows
-    (``query``/``target``) as they are (type ``sft``, reward 1.0, weight 1.0).
-
-    With ``both_roles_key`` (the config key that made the games, e.g. a teacher's),
-    games won by only one role are refused naming it: M0 would never see the other
-    role won.
-    """
-    samples = _Samples()
-    if episodes_table is not None:
-        judged = is_judged(episodes_table)
-        table = check_columns(episodes_table, source, judged)
-        episodes = iter_episodes(table, source, judged, game=game)
-        prompts = prompts if prompts is not None else game.load_prompts()
-        rand = random.Random(seed).random
-        if imitate not in IMITATE:
-            raise SpagInputError(f"imitate {imitate!r}: choose one of {', '.join(IMITATE)}")
-        sampled, outcomes = _game_rows(
-            game, episodes, prompts, rand, IMITATE[imitate], lambda r: 1.0, samples, 1.0
-        )
-        counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
-        if not sampled:
-            # Never a silent empty imitation set (e.g. a teacher whose games all tie).
-            raise SpagInputError(
-                f"{source}: no decisive game among {len(outcomes)} ({counts}): "
-                "no demonstrations to imitate"
-            )
-        missing = [r for r in game.roles if not sampled.get(r)]
-        if both_roles_key and missing:
-            raise SpagInputError(
-                f"{source}: no game won by the {missing[0]} among {len(outcomes)} ({counts}): "
-                f"M0 would never imitate the {missing[0]}; key '{both_roles_key}': play more "
-                "games per word, sample at another temperature, or choose a stronger player"
-            )
-    if instructions is not None:
-        samples.add_sft(*validate_sft(instructions, instructions_source))
     return samples.table(game)

@@ -1,0 +1,120 @@
+"""The algorithm's source as a rerun trigger (config ``rerun_on_algorithm_edits``).
+
+Code is not among the workflow's rerun triggers (``profiles/default``): a faster backend
+or a reformatted file must not redo days of GPU work. A researcher who edits the
+algorithm in place turns this on: the source a job's results depend on then joins its
+rule's params, so that Snakemake's params trigger reruns that job and what follows it.
+The parts, each the module that defines the chosen piece and the research core's modules
+it imports (at any depth, imports inside functions included):
+
+- ``game``: the game's module (its rules, judge, prompt rendering; the prompts file is
+  an input of those rules already): self-play, evaluation games, merging and judging;
+- ``rewards``: the chosen scheme's module, with ``game``: reward assignment;
+- ``imitation``: the imitation samples' module, with ``game``;
+- ``objective``: the stage's objective's module and the losses it calls: training.
+
+A backend, the trackers, the settings machinery or the docs are in no part: an edit
+there reruns nothing. Off by default, so that a run continued under newer code plans
+nothing; turning it on reruns each of those jobs once.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+# The research core's modules a part may reach through its imports.
+CORE = ("spag.game", "spag.training", "spag.judge")
+PARTS = ("game", "rewards", "imitation", "objective")
+
+
+def _is_core(name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in CORE)
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The module names ``path`` imports anywhere (relative ones resolved in ``package``),
+    with each ``from X import Y`` also as ``X.Y`` (a submodule, where Y is one)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], base]
+                ).rstrip(".")
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names)
+    return names
+
+
+@functools.cache
+def module_closure(module: str) -> tuple[Path, ...]:
+    """The files of ``module`` and of the research core's modules it imports, at any
+    depth, sorted."""
+    seen: dict[str, Path] = {}
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            continue
+        seen[name] = Path(spec.origin)
+        package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+        for imported in _imports(seen[name], package):
+            if _is_core(imported) and imported not in seen:
+                try:
+                    found = importlib.util.find_spec(imported)
+                except ModuleNotFoundError:
+                    found = None  # ``from spag.x import name``: a name, not a module
+                if found is not None:
+                    todo.append(imported)
+    return tuple(sorted(seen.values()))
+
+
+def part_modules(config: dict[str, Any], part: str, stage: str | None = None) -> list[str]:
+    """The modules a part starts from under the validated ``config`` (``stage``: the
+    training stage whose objective is meant)."""
+    from spag.game.base import GAMES
+
+    if part == "game":
+        return [GAMES[config["game"]["name"]].partition(":")[0]]
+    if part == "rewards":
+        from spag.game.rewards import REWARD_SCHEMES
+
+        scheme = REWARD_SCHEMES[config["rewards"]["scheme"]]
+        return [scheme.pick.__module__, *part_modules(config, "game")]
+    if part == "imitation":
+        return ["spag.game.imitation", *part_modules(config, "game")]
+    if part == "objective":
+        from spag.training.objectives import OBJECTIVES
+
+        return [type(OBJECTIVES[config[stage]["objective"]]).__module__]
+    raise ValueError(f"unknown part {part!r} (known: {', '.join(PARTS)})")
+
+
+def part_files(config: dict[str, Any], part: str, stage: str | None = None) -> list[Path]:
+    """The source files of a part (:func:`part_modules` and their closures)."""
+    files = {p for m in part_modules(config, part, stage) for p in module_closure(m)}
+    return sorted(files)
+
+
+def algorithm_params(config: dict[str, Any], part: str, stage: str | None = None) -> dict[str, str]:
+    """A rule's params for the part of the algorithm its jobs run: ``{"algorithm": digest}``
+    under ``rerun_on_algorithm_edits``, else none (the rule's params stay as they were)."""
+    if not config["rerun_on_algorithm_edits"]:
+        return {}
+    digest = hashlib.sha256()
+    root = Path(importlib.util.find_spec("spag").origin).parent
+    for path in part_files(config, part, stage):
+        digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return {"algorithm": f"{part}:{digest.hexdigest()[:16]}"}
