@@ -158,9 +158,9 @@ def worker(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     batch = 1 if args.worker == "one-by-one" else args.batch_size
     backend = GenerateBackend(Path(args.model), batch, args.prompt_format)
-    sampling = Sampling(
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, greedy=args.greedy
-    )
+    # Greedy decoding is temperature 0.
+    temperature = 0.0 if args.greedy else args.temperature
+    sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=temperature)
     settings = dict(max_turns=args.max_turns, sampling=sampling, seed=0)
     start = time.perf_counter()
     games = play_games(

@@ -447,7 +447,8 @@ def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
                 finished_by_eos=False, prompt_truncated=truncated,
             )  # fmt: skip
             for mode in ("greedy", "seeded"):
-                sampling = Sampling(max_new_tokens=sizes.max_new_tokens, greedy=mode == "greedy")
+                greedy = {"temperature": 0.0} if mode == "greedy" else {}
+                sampling = Sampling(max_new_tokens=sizes.max_new_tokens, **greedy)
                 replies = {}
                 for batch in (1, len(games)):
                     backend.batch_size = batch

@@ -110,7 +110,7 @@ def test_backend_replies_are_the_servers_own(server, api):
     """Greedy, the backend's reply is what the server answers to the same request."""
     backend = OpenAIBackend(_spec(server, api=api))
     prompt = "Name one fruit." if api == "chat" else "Apples, pears, plums and"
-    greedy = Sampling(max_new_tokens=12, temperature=1.0, top_p=1.0, top_k=0, greedy=True)
+    greedy = Sampling(max_new_tokens=12, temperature=0.0, top_p=1.0, top_k=0)
     (reply,) = backend.generate([prompt], greedy, seed=3, game_ids=["g0"])
     body = backend._payload(prompt, greedy, backend_seed(3, "g0"))
     path = "/chat/completions" if api == "chat" else "/completions"

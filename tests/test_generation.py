@@ -179,7 +179,7 @@ def test_hf_greedy_equals_plain_generate_one_at_a_time(backend):
         prompts.play_prompt(history * 3, "defender", "apple", 5),
         "hi",
     ]
-    replies = _gen(backend, texts, greedy=True, max_new_tokens=8)
+    replies = _gen(backend, texts, temperature=0.0, max_new_tokens=8)
     config = GenerationConfig(
         max_new_tokens=8,
         min_new_tokens=Sampling().min_new_tokens,
@@ -206,8 +206,8 @@ def test_hf_same_seed_same_replies_and_order_kept(backend):
     assert a == b
     assert a != c
     # Greedy batched replies equal one-at-a-time replies, in the caller's order.
-    batched = _gen(backend, PROMPTS, greedy=True)
-    single = [_gen(backend, [p], greedy=True)[0] for p in PROMPTS]
+    batched = _gen(backend, PROMPTS, temperature=0.0)
+    single = [_gen(backend, [p], temperature=0.0)[0] for p in PROMPTS]
     assert [r.text for r in batched] == [r.text for r in single]
 
 
@@ -287,7 +287,11 @@ def test_hf_reused_keys_values_change_no_reply(tiny_model_dir):
     for reuse in (True, False):
         b = HFBackend(tiny_model_dir, **LOCAL, batch_size=2, reuse_kv=reuse)
         for greedy in (True, False):
-            settings = dict(max_turns=2, sampling=Sampling(max_new_tokens=4, greedy=greedy), seed=4)
+            settings = dict(
+                max_turns=2,
+                sampling=Sampling(max_new_tokens=4, temperature=0.0 if greedy else 1.2),
+                seed=4,
+            )
             games = play_games(specs, {POLICY: b}, prompts, game=TABOO, **settings)
             histories.append([g.history for g in games])
         assert b._kv_store == {} and b._kv_stored_bytes == 0  # finished games forgotten
@@ -353,7 +357,7 @@ def test_top_k_sampling_draws_only_from_the_k_most_likely_tokens():
 
 def test_top_k_of_one_is_greedy_decoding(backend):
     sampled = _gen(backend, PROMPTS, top_k=1)
-    greedy = _gen(backend, PROMPTS, greedy=True)
+    greedy = _gen(backend, PROMPTS, temperature=0.0)
     assert [r.text for r in sampled] == [r.text for r in greedy]
 
 
@@ -361,7 +365,7 @@ def test_hf_game_replies_do_not_depend_on_the_other_games_of_the_batch(tiny_mode
     hf = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=8, max_length=256)
     prompts = PROMPTS[:3]
     ids = ["game-a", "game-b", "game-c"]
-    opts = dict(max_new_tokens=12, temperature=1.2, top_p=0.95, top_k=50, greedy=False, seed=11)
+    opts = dict(max_new_tokens=12, temperature=1.2, top_p=0.95, top_k=50, seed=11)
     together = _texts(_gen(hf, prompts, game_ids=ids, **opts))
     alone = [
         _texts(_gen(hf, [p], game_ids=[g], **opts))[0] for p, g in zip(prompts, ids, strict=True)
@@ -452,8 +456,8 @@ def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
     split._prompt_pass = lambda seqs, *a: (sizes.append(len(seqs)), real(seqs, *a))[1]
     ids = [f"g{i}" for i in range(len(PROMPTS))]
     for opts in (
-        dict(temperature=0.0, top_p=1.0, top_k=0, greedy=True),
-        dict(temperature=1.2, top_p=1.0, top_k=50, greedy=False),
+        dict(temperature=0.0, top_p=1.0, top_k=0),
+        dict(temperature=1.2, top_p=1.0, top_k=50),
     ):
         sizes.clear()
         a = _texts(_gen(whole, PROMPTS, max_new_tokens=10, seed=5, game_ids=ids, **opts))
@@ -464,7 +468,7 @@ def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
         "hf", tiny_model_dir, **LOCAL, max_length=256, batch_memory_bytes=one_row // 4
     )
     with pytest.raises(SpagInputError, match="selfplay.batch_memory_gib"):
-        _gen(tiny, PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1, greedy=True)
+        _gen(tiny, PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1)
 
 
 def test_cgroup_memory_limits_of_the_job_and_its_parents(tmp_path):
@@ -501,7 +505,7 @@ def test_hf_slots_are_refilled_as_replies_end_with_the_same_replies(tiny_model_d
     hf = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=2, max_length=256)
     alone = load_backend("hf", tiny_model_dir, **LOCAL, batch_size=1, max_length=256)
     ids = [f"g{i}" for i in range(6)]
-    opts = dict(max_new_tokens=16, temperature=1.5, top_k=50, greedy=False, seed=3)
+    opts = dict(max_new_tokens=16, temperature=1.5, top_k=50, seed=3)
     passes = []
     real = hf._prompt_pass
     hf._prompt_pass = lambda seqs, *a: (passes.append(len(seqs)), real(seqs, *a))[1]

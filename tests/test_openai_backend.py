@@ -33,7 +33,7 @@ def endpoint():
 
 
 def _generate(backend, prompts, *, seed=5, game_ids=None, **kw):
-    sampling = Sampling(**{**dict(max_new_tokens=16, top_p=0.9, top_k=0, greedy=True), **kw})
+    sampling = Sampling(**{**dict(max_new_tokens=16, top_p=0.9, top_k=0, temperature=0.0), **kw})
     return backend.generate(prompts, sampling, seed=seed, game_ids=game_ids)
 
 
@@ -57,7 +57,7 @@ def test_completions_in_order(endpoint, monkeypatch):
 
 def test_chat_api_and_sampling(endpoint):
     backend = OpenAIBackend(endpoint.spec(api="chat"))
-    (reply,) = _generate(backend, ["hello there"], greedy=False)
+    (reply,) = _generate(backend, ["hello there"], temperature=1.2)
     assert reply.text == "reply to 11 chars" and reply.finished_by_eos
     req = endpoint.requests[0]
     assert req["path"] == "/v1/chat/completions"
@@ -146,7 +146,7 @@ def test_plays_games_as_the_opponent(endpoint):
 
     backends = {POLICY: Local(), OPPONENT: OpenAIBackend(endpoint.spec())}
     specs = evaluation_specs(["apple", "river"], epoch=1, shard_index=0, game=TABOO)
-    settings = dict(max_turns=2, sampling=Sampling(greedy=True), seed=0)
+    settings = dict(max_turns=2, sampling=Sampling(temperature=0.0), seed=0)
     games = play_games(specs, backends, TABOO.load_prompts(), game=TABOO, **settings)
     assert len(games) == 4
     for g in games:
@@ -183,10 +183,10 @@ def test_spag_play_uses_an_endpoint_opponent(endpoint, tiny_model_dir, tmp_path)
 
 def test_top_k_is_sent_when_sampling_unless_turned_off(endpoint):
     backend = OpenAIBackend(endpoint.spec())
-    _generate(backend, ["a"], greedy=False, top_k=50)
-    _generate(backend, ["b"], greedy=True, top_k=50)
+    _generate(backend, ["a"], temperature=1.2, top_k=50)
+    _generate(backend, ["b"], temperature=0.0, top_k=50)
     off = OpenAIBackend(endpoint.spec(top_k="off"))
-    _generate(off, ["c"], greedy=False, top_k=50)
+    _generate(off, ["c"], temperature=1.2, top_k=50)
     sent = {r["prompt"]: r.get("top_k") for r in endpoint.requests}
     assert sent == {"a": 50, "b": None, "c": None}
     # top_p goes as given, greedy requests too (temperature 0 is not argmax everywhere).

@@ -130,7 +130,7 @@ def test_opponent_mode_two_games_per_word_with_roles():
         {POLICY: policy, OPPONENT: opponent},
         KeyPrompts(),
         max_turns=1,
-        sampling=Sampling(greedy=True),
+        sampling=Sampling(temperature=0.0),
         seed=0,
         game=TABOO,
     )

@@ -39,7 +39,7 @@ def test_converted_model_answers_a_factual_question_greedily_in_chat(smollm2_dir
     backend = load_backend(
         "hf", smollm2_dir, prompt_format="chat", trust_remote_code=False, max_length=256
     )
-    greedy = Sampling(max_new_tokens=12, temperature=0.0, top_p=1.0, top_k=0, greedy=True)
+    greedy = Sampling(max_new_tokens=12, temperature=0.0, top_p=1.0, top_k=0)
     (reply,) = backend.generate([f"{question} Answer with one word."], greedy, seed=0)
     assert answer in reply.text.lower(), reply.text
     assert reply.finished_by_eos  # the turn ends with <|im_end|>, which stops the reply

@@ -67,7 +67,7 @@ def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model
     expected = [ids for ids, _ in PromptRenderer(tok, "raw").encode(["hi there", "a river"], 240)]
     assert [r["prompt_token_ids"] for r in _FakeLLM.last["requests"]] == expected
 
-    backend.generate(["hi there"], replace(sampled, greedy=True), seed=3)
+    backend.generate(["hi there"], replace(sampled, temperature=0.0), seed=3)
     (greedy,) = _FakeLLM.last["params"]
     assert greedy["temperature"] == 0.0 and greedy["top_k"] == 0  # no filter when greedy
     assert greedy["min_tokens"] == 2  # a reply's minimum holds in greedy decoding too

@@ -65,7 +65,9 @@ class PlayConfig(EngineSettings, SamplingSettings):
         choices=PROMPT_FORMATS,
     )
     greedy: bool | None = opt(
-        None, "greedy decoding (default: on with --opponent, off in self-play)"
+        None,
+        "greedy decoding: temperature 0 whatever --temperature says (default: on with "
+        "--opponent, off in self-play)",
     )
     batch_size: int | None = opt(
         None,
@@ -115,9 +117,11 @@ class PlayConfig(EngineSettings, SamplingSettings):
 
     @property
     def sampling(self) -> Sampling:
-        """How replies are drawn: greedily against an opponent unless ``greedy`` says."""
+        """How replies are drawn: greedily (temperature 0) against an opponent unless
+        ``greedy`` says."""
         greedy = self.greedy if self.greedy is not None else self.opponent is not None
-        return Sampling(**{k: getattr(self, k) for k in sampling_knobs()}, greedy=greedy)
+        knobs = {k: getattr(self, k) for k in sampling_knobs()}
+        return Sampling(**{**knobs, "temperature": 0.0} if greedy else knobs)
 
 
 def _check(c: PlayConfig) -> None:
@@ -208,10 +212,11 @@ def eval_sampled_play_arguments(config: dict[str, Any]) -> dict[str, Any]:
     length, ``evaluation.sampled_games_per_secret`` games per secret and role, drawn as
     self-play draws (config ``selfplay``'s sampling knobs but the reply length)."""
     s = config["selfplay"]
+    options = eval_play_arguments(config)
+    del options["greedy"]  # sampled: --no-greedy below
     return {
-        **eval_play_arguments(config),
+        **options,
         **{k: s[k] for k in sampling_knobs() if k != "max_new_tokens"},
-        "greedy": False,
         "no_greedy": True,
         "games_per_word": config["evaluation"]["sampled_games_per_secret"],
     }

@@ -51,7 +51,7 @@ class Backend:
         game_ids: list[str] | None = None,
     ) -> list[Reply]:
         """Return one reply per prompt, in the order of ``prompts``, drawn as ``sampling``
-        says (greedy when ``sampling.greedy`` or its temperature is 0).
+        says (greedy when its temperature is 0).
 
         ``seed`` is the call's (the game loop derives one per message and speaker).
         ``game_ids`` names the game of each prompt. A sampled reply draws from its

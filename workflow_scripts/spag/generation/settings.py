@@ -66,15 +66,18 @@ def sampling_knobs() -> tuple[str, ...]:
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling(SamplingSettings):
-    """How every reply of a generate call is drawn; the defaults are self-play's."""
-
-    # How the knobs apply, not a knob of the engines (engine=None).
-    greedy: bool = opt(False, "greedy decoding (the most likely token; no sampling)", engine=None)
+    """How every reply of a generate call is drawn; the defaults are self-play's.
+    Greedy decoding is temperature 0, said that one way."""
 
     @property
     def samples(self) -> bool:
-        """Whether replies are drawn at random (not greedy, temperature above 0)."""
-        return not self.greedy and self.temperature > 0
+        """Whether replies are drawn at random (temperature above 0)."""
+        return self.temperature > 0
+
+    @property
+    def greedy(self) -> bool:
+        """Whether each reply is the most likely one (temperature 0)."""
+        return not self.samples
 
     def engine_params(self) -> dict[str, Any]:
         """The knobs as vLLM's ``SamplingParams`` and OpenAI-compatible servers name
@@ -82,8 +85,6 @@ class Sampling(SamplingSettings):
         params = {}
         for f in dataclasses.fields(self):
             name = f.metadata.get("engine", f.name)
-            if name is None:
-                continue
             value = getattr(self, f.name)
             if "greedy" in f.metadata and not self.samples:
                 value = f.metadata["greedy"]

@@ -18,18 +18,19 @@ from transformers import TrainingArguments
 
 from spag.settings import opt
 from spag.training.objectives import OBJECTIVES, LossSettings
-from spag.training.settings import TrainConfig, argument_values
+from spag.training.settings import BatchLayout, TrainConfig, argument_values
 
 
-# LossSettings first: its fields follow TrainingArguments' (bases' fields are ordered
-# from the last base on) and its __post_init__ (the bounds) runs before theirs.
+# Ours first: their fields follow TrainingArguments' (bases' fields are ordered from the
+# last base on) and their __post_init__ (the bounds) runs before its.
 @dataclass(kw_only=True)
-class SpagTrainingArguments(LossSettings, TrainingArguments):
+class SpagTrainingArguments(LossSettings, BatchLayout, TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
-    from ``self.args``: the loss's settings (docs/design.md section 4, inherited from
-    :class:`spag.training.objectives.LossSettings`: the objective reads its coefficients
-    from here, ``args.kl_coeff``); the stage's other settings fill ``TrainingArguments``'
-    own fields by name."""
+    from ``self.args``, inherited from their one declaration: the loss's settings
+    (docs/design.md section 4, :class:`spag.training.objectives.LossSettings`: the
+    objective reads its coefficients from here, ``args.kl_coeff``) and the batches'
+    layout (:class:`spag.training.settings.BatchLayout`); the stage's other settings fill
+    ``TrainingArguments``' own fields by name."""
 
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.
     remove_unused_columns: bool = opt(False, "keep the sample columns for the loss")

@@ -158,12 +158,10 @@ def paper_defaults(name: str) -> dict[str, float]:
 
 @dataclass(kw_only=True)
 class LossSettings(Checked):
-    """The loss of a training stage: the objective, the coefficients the objectives read
-    (the paper's values) and the order of its batches (``mixes_types`` keeps the mix in
-    length-grouped batches). A stage's config keys and the Trainer's arguments inherit
+    """The loss of a training stage: the objective and the coefficients the objectives
+    read (the paper's values). A stage's config keys and the Trainer's arguments inherit
     these fields; an objective reads its own (``coefficients``) from the arguments."""
 
-    group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
     kl_coeff: float | None = opt(
         None, "KL coefficient; default: the objective's", ge=0, filled="objective"
     )

@@ -87,11 +87,25 @@ class StageOptimization(Checked):
     )
     save_steps: int = opt(100, "trainer checkpoint every K steps (for resume)", ge=1)
     logging_steps: int = opt(1, "loss log row every K steps", ge=1)
+
+
+@dataclass(kw_only=True)
+class BatchLayout(Checked):
+    """How a stage's micro-batches are formed; the Trainer's arguments inherit these too
+    (its batch sampler and collator read them)."""
+
+    group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
     padding_free: bool = opt(
         True,
         "pack a micro-batch in one row, attention per sample: no padding slots (false: "
         "right-padded batches)",
     )
+
+
+@dataclass(kw_only=True)
+class StageAdapter(Checked):
+    """Full fine-tuning or a low-rank adapter."""
+
     peft: LoraSettings | None = opt(
         None,
         "a low-rank adapter (peft's LoraConfig names), trained on the frozen model and "
@@ -100,12 +114,13 @@ class StageOptimization(Checked):
     )
 
 
-# The loss's keys come last (bases' fields are ordered from the last base on): a stage's
-# flags keep the order of earlier runs' command lines.
+# Bases' fields are ordered from the last base on: the stage's keys, and so its flags,
+# keep the order of earlier runs' command lines (a reordered command line would rerun
+# every training job through Snakemake's params trigger).
 @dataclass(kw_only=True)
-class StageSettings(LossSettings, StageOptimization):
+class StageSettings(LossSettings, StageAdapter, BatchLayout, StageOptimization):
     """Hyper-parameters of one training stage (config ``imitation`` / ``spag``, both of
-    the schema's ``$defs.training``): its updates and its loss."""
+    the schema's ``$defs.training``): its updates, its batches, its adapter and its loss."""
 
 
 @dataclass(kw_only=True)
