@@ -47,6 +47,10 @@ def piles_registered(monkeypatch):
 def test_a_game_is_dealt_from_its_settings(piles_registered):
     assert base.load_game("piles").deals == ("3-4-5",)
     assert base.load_game("piles", {"piles": (1, 2)}).deals == ("1-2",)
+    # As Snakemake's --config hands them over: text, read as the setting's type.
+    assert base.load_game("piles", {"piles": ["1", "2"]}).deals == ("1-2",)
+    with pytest.raises(SpagInputError, match=r"game.settings.piles: \['1', 'x'\] is not"):
+        base.load_game("piles", {"piles": ["1", "x"]})
     assert PILES.deals == ("3-4-5",)  # the registered game keeps its defaults
 
 

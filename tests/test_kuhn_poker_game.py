@@ -124,7 +124,7 @@ def test_the_paper_rewards_and_the_tally_take_the_game():
         ],
         schema=pa.schema(EPISODE_FIELDS),
     )
-    rows = assign_rewards(table, decay_weight=0.8, seed=0, source="t", game=KUHN_POKER).to_pylist()
+    rows = assign_rewards(table, seed=0, source="t", game=KUHN_POKER).to_pylist()
     assert [(r["episode_id"], r["role"], r["turn"]) for r in rows] == [
         ("a", "first", 0), ("b", "second", 1), ("c", "first", 0), ("c", "first", 2),
     ]  # fmt: skip

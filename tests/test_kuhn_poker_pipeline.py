@@ -26,7 +26,7 @@ from spag.game import kuhn_poker as kuhn
 from spag.game.base import load_game
 from spag.game.imitation import imitation_samples
 from spag.game.kuhn_poker import KUHN_POKER, infoset_prompt, play_hand
-from spag.game.rewards import REWARD_SCHEMES, assign_rewards
+from spag.game.rewards import REWARD_SCHEMES, RewardsSettings, assign_rewards
 from spag.game.scripted import scripted_games
 from spag.game.taboo import TABOO
 
@@ -80,19 +80,25 @@ def test_zero_sum_gives_each_seat_its_chips():
     # qk: bet, call -> the second player wins 2 chips.
     history = hand("bet", "call")
     outcome, n = KUHN_POKER.judge(history, "qk", 2)
-    assert scheme(KUHN_POKER, _Episode(history, "qk"), outcome, n, 0.8) == [(0, -2.0), (1, 2.0)]
+    assert scheme(KUHN_POKER, _Episode(history, "qk"), outcome, n, RewardsSettings()) == [
+        (0, -2.0),
+        (1, 2.0),
+    ]
     # kj: check, bet, fold -> the second wins 1; the first's two moves share -1,
     # the later one weighted 1/0.8 as much (the paper's decay).
     history = hand("check", "bet", "fold")
     outcome, n = KUHN_POKER.judge(history, "kj", 2)
-    picked = dict(scheme(KUHN_POKER, _Episode(history, "kj"), outcome, n, 0.8))
+    picked = dict(scheme(KUHN_POKER, _Episode(history, "kj"), outcome, n, RewardsSettings()))
     assert picked[1] == pytest.approx(1.0)
     assert picked[0] + picked[2] == pytest.approx(-1.0)
     assert picked[2] / picked[0] == pytest.approx(1 / 0.8)
     # A rule break: its author's move is pushed down, the other seat's up.
     history = hand("check", "call")
     outcome, n = KUHN_POKER.judge(history, "kj", 2)
-    assert scheme(KUHN_POKER, _Episode(history, "kj"), outcome, n, 0.8) == [(0, 1.0), (1, -1.0)]
+    assert scheme(KUHN_POKER, _Episode(history, "kj"), outcome, n, RewardsSettings()) == [
+        (0, 1.0),
+        (1, -1.0),
+    ]
 
 
 def test_zero_sum_for_taboo_and_winners_unchanged():
@@ -102,16 +108,18 @@ def test_zero_sum_for_taboo_and_winners_unchanged():
     ]
     outcome, n = TABOO.judge(history, "apple", 5)
     assert outcome == "attacker_wins"
-    assert REWARD_SCHEMES["zero_sum"].pick(TABOO, _Episode(history), outcome, n, 0.8) == [
+    assert REWARD_SCHEMES["zero_sum"].pick(TABOO, _Episode(history), outcome, n, RewardsSettings()) == [
         (0, 1.0), (1, -1.0),
     ]  # fmt: skip
-    assert REWARD_SCHEMES["winners"].pick(TABOO, _Episode(history), outcome, n, 0.8) == [(0, 1.0)]
+    assert REWARD_SCHEMES["winners"].pick(
+        TABOO, _Episode(history), outcome, n, RewardsSettings()
+    ) == [(0, 1.0)]
 
 
 def test_assign_rewards_with_zero_sum_on_poker_hands():
     table = scripted_games(KUHN_POKER, KUHN_POKER.deals, 10, seed=0, max_turns=2)
-    winners = assign_rewards(table, decay_weight=0.8, seed=0, source="t", game=KUHN_POKER)
-    zero = assign_rewards(table, decay_weight=0.8, seed=0, scheme="zero_sum", source="t",
+    winners = assign_rewards(table, RewardsSettings(), seed=0, source="t", game=KUHN_POKER)
+    zero = assign_rewards(table, RewardsSettings(scheme="zero_sum"), seed=0, source="t",
                           game=KUHN_POKER)  # fmt: skip
     assert min(winners.column("reward").to_pylist()) > 0
     rewards = zero.column("reward").to_pylist()

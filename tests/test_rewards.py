@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -23,9 +24,11 @@ ROLES = ("attacker", "defender")
 
 
 def assign_rewards(table: pa.Table, **given) -> pa.Table:
-    """The step's function with the config's decay, seed 0 and a plain source name."""
-    given = {"decay_weight": RewardsSettings.decay_weight, "seed": 0, "source": "episodes", **given}
-    return rewards.assign_rewards(table, **given)
+    """The step's function with the config's rewards section (its keys among ``given``,
+    the rest at their defaults), seed 0 and a plain source name."""
+    keys = {f.name for f in dataclasses.fields(RewardsSettings)}
+    settings = RewardsSettings(**{k: given.pop(k) for k in list(given) if k in keys})
+    return rewards.assign_rewards(table, settings, **{"seed": 0, "source": "episodes", **given})
 
 
 def imitation_samples(*tables: pa.Table | None, **given) -> pa.Table:

@@ -126,8 +126,8 @@ def test_a_setting_no_scheme_reads_is_refused(monkeypatch):
     """A scheme declares the keys it reads: one that does not read the decay refuses it."""
     from spag.game import rewards
 
-    def flat(game, episode, outcome, n, decay):
-        return [(k, 1.0) for k, _ in rewards.winners(game, episode, outcome, n, 1.0)]
+    def flat(game, episode, outcome, n, settings):
+        return [(k, 1.0) for k, _ in rewards.winners(game, episode, outcome, n, settings)]
 
     monkeypatch.setitem(rewards.REWARD_SCHEMES, "flat", rewards.Scheme(flat, ()))
     validate_config({"rewards": {"scheme": "flat"}}, source="c.yaml")

@@ -14,7 +14,7 @@ import torch
 from spag.data.tables import EPISODE_FIELDS, META_GAME, read_parquet, write_parquet
 from spag.errors import SpagInputError
 from spag.game.kuhn_poker import KUHN_POKER
-from spag.game.rewards import assign_rewards
+from spag.game.rewards import RewardsSettings, assign_rewards
 from spag.training.losses import legal_po_loss, segment_logsumexp
 
 COEFFS = {"kl_coeff": 0.2, "sft_coeff": 0.5, "clip_eps": 0.2, "legal_mass_coeff": 1.0}
@@ -38,7 +38,7 @@ def kuhn_samples(scheme: str = "zero_sum") -> pa.Table:
     )
     sft = pa.table({"query": ["What is 2 + 2?"], "target": ["4"]})
     return assign_rewards(
-        episodes, decay_weight=0.8, seed=0, source="t", game=KUHN_POKER, scheme=scheme, sft=sft
+        episodes, RewardsSettings(scheme=scheme), seed=0, source="t", game=KUHN_POKER, sft=sft
     )
 
 

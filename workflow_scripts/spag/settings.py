@@ -53,6 +53,7 @@ __all__ = [
     "field_type",
     "from_arguments",
     "from_words",
+    "typed_values",
     "load_section_class",
     "opt",
     "req",
@@ -284,6 +285,42 @@ def from_arguments(cls: type, args: argparse.Namespace, **given: Any) -> Any:
         if dataclasses.is_dataclass(kind) and isinstance(values.get(f.name), list):
             values[f.name] = kind(**from_words(kind, values[f.name], _flag(f)))
     return cls(**values)
+
+
+def typed_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """``values`` (a config mapping, whose numbers may arrive as text through Snakemake's
+    ``--config``) as the types of ``cls``'s fields: a list becomes a tuple of the
+    element type; a value that is not one is a :class:`SpagInputError` naming
+    ``where.<key>``."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        kind = field_type(cls, fields[key])
+        try:
+            if _is_list(kind):
+                item = typing.get_args(kind)[0]
+                items = value if isinstance(value, (list, tuple)) else [value]
+                out[key] = tuple(_typed(item, v) for v in items)
+            else:
+                out[key] = _typed(kind, value)
+        except (TypeError, ValueError):
+            raise SpagInputError(f"{where}.{key}: {value!r} is not a {kind}") from None
+    return out
+
+
+def _typed(kind: Any, value: Any) -> Any:
+    if value is None or isinstance(value, bool) or not isinstance(kind, type):
+        return value
+    if kind is bool and isinstance(value, str):
+        return {"true": True, "false": False}[value.lower()]
+    if kind in (int, float) and isinstance(value, (str, int, float)):
+        number = kind(value)
+        if kind is int and isinstance(value, float) and value != number:
+            raise ValueError(value)
+        return number
+    if not isinstance(value, kind):
+        raise TypeError(value)
+    return value
 
 
 def from_words(cls: type, words: list[str], flag: str) -> dict[str, Any]:

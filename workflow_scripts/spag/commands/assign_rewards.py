@@ -57,18 +57,14 @@ def run(args: argparse.Namespace) -> int:
     sft = read_parquet(job.sft_data, what="SFT data") if job.sft_data else None
     samples = assign_rewards(
         episodes,
-        decay_weight=job.decay_weight,
-        scheme=job.scheme,
+        job,  # the config's rewards section, whole
         seed=job.seed,
         prompts=prompts,
         sft=sft,
         source=str(job.episodes),
         sft_source=str(job.sft_data),
         game=game,
-        control=job.control,
         baselines=baselines,
-        drop_zero_advantage=job.drop_zero_advantage,
-        rule_break_cost=job.rule_break_cost,
     )
     write_parquet(samples, job.output)
     if baselines is not None:

@@ -257,8 +257,11 @@ class TwoPlayerGame:
             if key not in declared:
                 known = f"its settings: {', '.join(declared)}" if declared else "it has none"
                 raise SpagInputError(f"game.settings.{key}: not a setting of {self.name} ({known})")
+        from spag.settings import typed_values
+
+        typed = typed_values(self.settings, dict(values), "game.settings")
         try:
-            return type(self)(dataclasses.replace(self.options, **values))
+            return type(self)(dataclasses.replace(self.options, **typed))
         except (TypeError, ValueError, SpagInputError) as exc:
             raise SpagInputError(f"game.settings of {self.name}: {exc}") from None
 

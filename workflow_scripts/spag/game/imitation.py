@@ -18,7 +18,7 @@ from spag.game.samples import SampleRows, game_rows, validate_sft
 
 
 def _imitate(
-    game: Game, episode: Episode, outcome: str, n: int, decay: float
+    game: Game, episode: Episode, outcome: str, n: int, settings: Any
 ) -> list[tuple[int, float]]:
     # Imitation: the winner's messages among the first n (section 3), reward 1.0 each.
     winner = game.winner(outcome)
@@ -26,7 +26,7 @@ def _imitate(
 
 
 def _imitate_every(
-    game: Game, episode: Episode, outcome: str, n: int, decay: float
+    game: Game, episode: Episode, outcome: str, n: int, settings: Any
 ) -> list[tuple[int, float]]:
     # Every message of a game nobody broke, reward 1.0 each: the demonstrator's policy
     # itself (a loser's moves too: Kuhn Poker's fold is never a winner's move).
@@ -68,7 +68,7 @@ def imitation_samples(
         if imitate not in IMITATE:
             raise SpagInputError(f"imitate {imitate!r}: choose one of {', '.join(IMITATE)}")
         sampled, outcomes = game_rows(
-            game, episodes, prompts, rand, IMITATE[imitate], lambda r: 1.0, samples, 1.0
+            game, episodes, prompts, rand, IMITATE[imitate], lambda r: 1.0, samples
         )
         counts = ", ".join(f"{o} {outcomes.count(o)}" for o in sorted(set(outcomes)))
         if not sampled:

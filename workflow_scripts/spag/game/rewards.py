@@ -2,8 +2,10 @@
 samples table of an epoch.
 
 A reward scheme (config ``rewards.scheme``) turns one judged game into samples: which
-messages are learned from and with what reward. :data:`REWARD_SCHEMES` registers them
-with the settings each reads;
+messages are learned from and with what reward, ``(game, episode, outcome, n, settings)
+-> [(message index, reward)]`` with ``settings`` the config's ``rewards`` section
+(:class:`RewardsSettings`: a scheme's own setting is one more field there).
+:data:`REWARD_SCHEMES` registers them with the settings each reads;
 ``winners`` is the paper's: the winner's k-th message gets the coefficient
 ``(1/decay)^k`` (built by repeated multiplication), divided by the sum over the
 winner's messages of that game. Each role's samples are then weighted so that the
@@ -30,7 +32,7 @@ from spag.settings import Checked, config_options, opt
 
 
 def winners(
-    game: Game, episode: Episode, outcome: str, n: int, decay: float
+    game: Game, episode: Episode, outcome: str, n: int, settings: RewardsSettings
 ) -> list[tuple[int, float]]:
     """The paper's scheme: the winner's messages of a decisive game, discounted and
     normalised to sum to 1; nothing from ties and rule breaks."""
@@ -38,7 +40,7 @@ def winners(
     if winner is None:
         return []
     # The reference multiplies a total reward of 1.0 by the share.
-    return _discounted(episode, winner, n, decay, 1.0)
+    return _discounted(episode, winner, n, settings.decay_weight, 1.0)
 
 
 def _discounted(
@@ -58,7 +60,7 @@ def _discounted(
 
 
 def zero_sum(
-    game: Game, episode: Episode, outcome: str, n: int, decay: float
+    game: Game, episode: Episode, outcome: str, n: int, settings: RewardsSettings
 ) -> list[tuple[int, float]]:
     """Both players learn from every game: each role's messages get the paper's
     discounted, normalised shares of that role's signed result (``Game.result``: chips
@@ -70,7 +72,7 @@ def zero_sum(
         result = game.result(outcome, role)
         if result == 0:
             continue
-        picked += _discounted(episode, role, n, decay, result)
+        picked += _discounted(episode, role, n, settings.decay_weight, result)
     return sorted(picked)
 
 
@@ -124,17 +126,17 @@ def rae(
     episode: Episode,
     outcome: str,
     n: int,
-    decay: float,
+    settings: RewardsSettings,
     *,
     baselines: RoleBaselines,
-    drop_zero: bool = False,
-    rule_break_cost: float | None = None,
 ) -> list[tuple[int, float]]:
     """Role-conditioned advantages (SPIRAL's RAE): each role's zero-sum result (as
     ``zero_sum``; ``rule_break_cost`` replaces the game's own cost of a rule break) minus
     that role's baseline, given as the paper's discounted, normalised shares over the
-    role's messages. Every game moves the baselines; with ``drop_zero`` a role whose
-    advantage is 0 gives no samples."""
+    role's messages. Every game moves the ``baselines`` (the state ``assign_rewards``
+    carries from epoch to epoch); with ``drop_zero_advantage`` a role whose advantage is
+    0 gives no samples."""
+    rule_break_cost = settings.rule_break_cost
     breaker = game.rule_breaker(outcome)
     picked = []
     for role in game.roles:
@@ -142,9 +144,9 @@ def rae(
         if breaker is not None and rule_break_cost is not None:
             result = -rule_break_cost if role == breaker else rule_break_cost
         advantage = baselines.advantage(role, result)
-        if advantage == 0 and drop_zero:
+        if advantage == 0 and settings.drop_zero_advantage:
             continue
-        picked += _discounted(episode, role, n, decay, advantage)
+        picked += _discounted(episode, role, n, settings.decay_weight, advantage)
     return sorted(picked)
 
 
@@ -228,19 +230,15 @@ def role_weights(games: Mapping[str, int], game: Game) -> dict[str, float]:
 
 def assign_rewards(
     episodes_table: pa.Table,
+    settings: RewardsSettings | None = None,
     *,
-    decay_weight: float,
     seed: int,
-    scheme: str = RewardsSettings.scheme,
     prompts: Any = None,
     sft: pa.Table | None = None,
     source: str,
     sft_source: str = "sft data",
     game: Game,
-    control: bool = RewardsSettings.control,
     baselines: RoleBaselines | None = None,
-    drop_zero_advantage: bool = RewardsSettings.drop_zero_advantage,
-    rule_break_cost: float | None = RewardsSettings.rule_break_cost,
 ) -> pa.Table:
     """Build the samples table (``SAMPLE_SCHEMA``) from the episodes' verdicts: those a
     judged table stores (``outcome``, ``num_messages``: the merge step's), else the
@@ -248,16 +246,17 @@ def assign_rewards(
 
     Game rows come in episode order, then message order; SFT rows follow.
     The randomised prompts depend only on ``seed`` and the input. ``source`` and
-    ``sft_source`` name the inputs in error messages. With ``control`` every game row
-    weighs 0: the table, hence the trainer's batches and steps, is the one SPAG would
-    train on, but nothing is learned from the games. ``rae`` reads and moves
+    ``sft_source`` name the inputs in error messages. ``settings`` is the config's
+    ``rewards`` section (default: its defaults, the paper's scheme). With ``control``
+    every game row weighs 0: the table, hence the trainer's batches and steps, is the one
+    SPAG would train on, but nothing is learned from the games. ``rae`` reads and moves
     ``baselines`` (the previous epoch's, or new ones at 0).
     """
-    if not decay_weight > 0:
-        raise SpagInputError(f"decay weight must be positive, got {decay_weight}")
-    if scheme not in REWARD_SCHEMES:
+    settings = settings if settings is not None else RewardsSettings()
+    if settings.scheme not in REWARD_SCHEMES:
         raise SpagInputError(
-            f"rewards.scheme: unknown scheme {scheme!r} (known: {', '.join(REWARD_SCHEMES)})"
+            f"rewards.scheme: unknown scheme {settings.scheme!r} "
+            f"(known: {', '.join(REWARD_SCHEMES)})"
         )
     judged = is_judged(episodes_table)
     table = check_columns(episodes_table, source, judged)
@@ -266,12 +265,11 @@ def assign_rewards(
     samples = SampleRows()
     rand = random.Random(seed).random
     episodes = iter_episodes(table, source, judged, game=game)
-    pick = REWARD_SCHEMES[scheme].pick
+    pick = REWARD_SCHEMES[settings.scheme].pick
     if pick is rae:
         if baselines is None:
-            baselines = RoleBaselines(RewardsSettings.baseline_decay)
-        pick = functools.partial(rae, baselines=baselines, drop_zero=drop_zero_advantage,
-                                 rule_break_cost=rule_break_cost)  # fmt: skip
+            baselines = RoleBaselines(settings.baseline_decay)
+        pick = functools.partial(rae, baselines=baselines)
     sampled, _ = game_rows(
         game,
         episodes,
@@ -280,11 +278,11 @@ def assign_rewards(
         pick,
         lambda r: 0.0,
         samples,
-        decay_weight,
+        settings,
     )
     # The role weights need every game's samples: set once they are all in.
     weights = role_weights(sampled, game)
-    if control:
+    if settings.control:
         weights = dict.fromkeys(weights, 0.0)
     samples.columns["weight"] = [weights[r] for r in samples.columns["role"]]
     if sft_cols is not None:

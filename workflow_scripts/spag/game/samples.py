@@ -17,9 +17,10 @@ from spag.errors import SpagInputError
 from spag.game.base import Game
 from spag.game.episodes import Episode
 
-# A picker: (game, episode, outcome, n, decay) -> [(message index, reward)], the messages
-# among the first n that become samples of their author's role (a reward scheme's shape).
-Picker = Callable[[Game, Episode, str, int, float], list[tuple[int, float]]]
+# A picker: (game, episode, outcome, n, settings) -> [(message index, reward)], the
+# messages among the first n that become samples of their author's role (a reward
+# scheme's shape; ``settings``: what the picker reads, the rewards section for a scheme).
+Picker = Callable[[Game, Episode, str, int, Any], list[tuple[int, float]]]
 
 
 def validate_sft(table: pa.Table, source: str) -> tuple[list[str], list[str]]:
@@ -69,11 +70,12 @@ def game_rows(
     pick: Picker,
     weight: Callable[[str], float],
     samples: SampleRows,
-    decay: float,
+    settings: Any = None,
 ) -> tuple[Counter, list[str]]:
     """One loop over the games: take each one's verdict (as stored by the judge in a
-    judged table, else the judge's now), let ``pick`` choose its samples (a reward scheme, or imitation's choice), build their
-    randomised prompts, add them to ``samples`` with ``weight(role)`` (or 0.0 for now).
+    judged table, else the judge's now), let ``pick`` choose its samples (a reward
+    scheme with its ``settings``, or imitation's choice), build their randomised
+    prompts, add them to ``samples`` with ``weight(role)`` (or 0.0 for now).
     Returns the games per role that gave samples, and every game's outcome."""
     sampled: Counter = Counter()
     outcomes = []
@@ -83,7 +85,7 @@ def game_rows(
             verdict = game.judge(episode.history, episode.secret, episode.max_turns)
         outcome, n = verdict
         outcomes.append(outcome)
-        picked = pick(game, episode, outcome, n, decay)
+        picked = pick(game, episode, outcome, n, settings)
         for role in {episode.history[k]["role"] for k, _ in picked}:
             sampled[role] += 1
         for k, reward in picked:
