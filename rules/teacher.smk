@@ -15,7 +15,7 @@ if TEACHER:
     _num_words = (
         num_secrets(config, "train")
         if _teacher["words"] == "train"
-        else len(read_word_list(_teacher["words"]))
+        else len(read_word_list(_teacher["words"], GAME.check_secret))
     )
     TEACHER_PLAN = teacher_plan(config, _num_words, built=(BASE_MODEL, IMITATION_MODEL))
     if not Path(TEACHER_EPISODES).exists():

@@ -51,6 +51,9 @@ def test_a_game_is_dealt_from_its_settings(piles_registered):
     assert base.load_game("piles", {"piles": ["1", "2"]}).deals == ("1-2",)
     with pytest.raises(SpagInputError, match=r"game.settings.piles: \['1', 'x'\] is not"):
         base.load_game("piles", {"piles": ["1", "x"]})
+    with pytest.raises(SpagInputError, match=r"game.settings.piles: \[True\] is not a list of int"):
+        base.load_game("piles", {"piles": [True]})
+    assert TABOO.with_settings({}) is TABOO  # an empty game.settings: the defaults
     assert PILES.deals == ("3-4-5",)  # the registered game keeps its defaults
 
 

@@ -482,17 +482,17 @@ def num_secrets(config: dict[str, Any], split: str) -> int:
 def _refuse_unused_reward_settings(
     config: dict[str, Any], given: dict[str, Any], source: str
 ) -> None:
-    """A ``rewards`` key the chosen scheme does not read (``Scheme.settings``: rae's
+    """A ``rewards`` key the chosen scheme does not read (``Scheme.keys``: rae's
     baseline keys under ``winners``) would be accepted and ignored: refused where set to
     something else than its default."""
     from spag.game.rewards import REWARD_SCHEMES, RewardsSettings
 
     scheme = config["rewards"]["scheme"]
-    reads = {"scheme", "control", *REWARD_SCHEMES[scheme].settings}
+    reads = {"scheme", "control", *REWARD_SCHEMES[scheme].keys}
     others = [k for k in RewardsSettings.__dataclass_fields__ if k not in reads]
     unused = _set_off_default(given.get("rewards"), RewardsSettings, others)
     if unused:
-        readers = [n for n, s in REWARD_SCHEMES.items() if unused[0] in s.settings]
+        readers = [n for n, s in REWARD_SCHEMES.items() if unused[0] in s.keys]
         raise SpagInputError(
             f"{source}: key 'rewards.{unused[0]}' is not read by rewards.scheme {scheme} "
             f"(it is a setting of {', '.join(readers) or 'no scheme'})"

@@ -304,15 +304,26 @@ def typed_values(cls: type, values: dict[str, Any], where: str) -> dict[str, Any
             else:
                 out[key] = _typed(kind, value)
         except (TypeError, ValueError):
-            raise SpagInputError(f"{where}.{key}: {value!r} is not a {kind}") from None
+            raise SpagInputError(f"{where}.{key}: {value!r} is not a {_name(kind)}") from None
     return out
 
 
+def _name(kind: Any) -> str:
+    if _is_list(kind):
+        return f"list of {_name(typing.get_args(kind)[0])}"
+    return getattr(kind, "__name__", str(kind))
+
+
 def _typed(kind: Any, value: Any) -> Any:
-    if value is None or isinstance(value, bool) or not isinstance(kind, type):
+    """``value`` as a ``kind`` (text read as it; an int for a float), else an error."""
+    if value is None or not isinstance(kind, type):
         return value
-    if kind is bool and isinstance(value, str):
-        return {"true": True, "false": False}[value.lower()]
+    if isinstance(value, bool) or kind is bool:
+        if kind is bool and isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        if kind is bool and isinstance(value, bool):
+            return value
+        raise TypeError(value)
     if kind in (int, float) and isinstance(value, (str, int, float)):
         number = kind(value)
         if kind is int and isinstance(value, float) and value != number:
@@ -338,13 +349,13 @@ def from_words(cls: type, words: list[str], flag: str) -> dict[str, Any]:
         try:
             if _is_list(kind):
                 item = typing.get_args(kind)[0]
-                values[key] = tuple(item(t) for t in text.split(",") if t)
+                values[key] = tuple(_typed(item, t) for t in text.split(",") if t)
             elif kind is bool:
                 values[key] = {"true": True, "false": False}[text.lower()]
             else:
                 values[key] = kind(text)
-        except (KeyError, ValueError):
-            raise SpagInputError(f"{flag}: {key}={text!r} is not a {kind.__name__}") from None
+        except (KeyError, TypeError, ValueError):
+            raise SpagInputError(f"{flag}: {key}={text!r} is not a {_name(kind)}") from None
     return values
 
 

@@ -252,6 +252,8 @@ class TwoPlayerGame:
 
     def with_settings(self, values: Mapping[str, Any]) -> TwoPlayerGame:
         """This game with the settings ``values`` (each a field of ``settings``)."""
+        if not values:
+            return self
         declared = [f.name for f in dataclasses.fields(self.settings)] if self.settings else []
         for key in values:
             if key not in declared:

@@ -4,7 +4,7 @@ validated config (self-play, evaluation and teacher games).
 
 The sampling knobs and the engine's settings are inherited from their one declaration
 (:class:`SamplingSettings`, :class:`EngineSettings`); the game's defaults are
-:class:`GameSettings`'. A few flags keep a default of their own where the step decides
+:class:`GameSettings`'s. A few flags keep a default of their own where the step decides
 without the config: ``--batch-size`` and ``--max-length`` (the backend's choice),
 ``--greedy`` (on with ``--opponent``), ``--tensor-parallel-size`` 1,
 ``--opponent-gpu-memory-utilization`` (half each) and ``--prompts`` (the shipped texts).

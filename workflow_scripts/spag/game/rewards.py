@@ -152,12 +152,12 @@ def rae(
 
 @dataclass(frozen=True)
 class Scheme:
-    """A registered scheme: ``pick`` turns one judged game into samples; ``settings``
-    names the ``rewards`` keys (fields of :class:`RewardsSettings`) it reads besides
-    ``scheme`` and ``control``: the config refuses the others set off their defaults."""
+    """A registered scheme: ``pick`` turns one judged game into samples; ``keys`` names
+    the ``rewards`` keys (fields of :class:`RewardsSettings`) it reads besides ``scheme``
+    and ``control``: the config refuses the others set off their defaults."""
 
     pick: Callable[..., list[tuple[int, float]]]
-    settings: tuple[str, ...] = ("decay_weight",)
+    keys: tuple[str, ...] = ("decay_weight",)
 
 
 REWARD_SCHEMES: dict[str, Scheme] = {

@@ -254,7 +254,7 @@ class OpenAIBackend(Backend):
         # it filters and the endpoint takes it; any other: away from its default),
         # since OpenAI's own API refuses parameters it does not know.
         params = sampling.engine_params()
-        unset = type(sampling)(**({"temperature": 0.0} if sampling.greedy else {})).engine_params()
+        unset = type(sampling)().engine_params()
         body: dict[str, Any] = {"model": self.spec.model}
         for name, value in params.items():
             if name == "top_k":

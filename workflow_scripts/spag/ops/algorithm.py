@@ -4,8 +4,9 @@ Code is not among the workflow's rerun triggers (``profiles/default``): a faster
 or a reformatted file must not redo days of GPU work. A researcher who edits the
 algorithm in place turns this on: the source a job's results depend on then joins its
 rule's params, so that Snakemake's params trigger reruns that job and what follows it.
-The parts, each the module that defines the chosen piece and the research core's modules
-it imports (at any depth, imports inside functions included):
+The parts, each the module that defines the chosen piece and the modules of the research
+core's game and training code (``spag.game``, ``spag.training``, ``spag.judge``) it
+imports, at any depth, imports inside functions included:
 
 - ``game``: the game's module (its rules, judge, prompt rendering; the prompts file is
   an input of those rules already): self-play, evaluation games, merging and judging;
@@ -14,8 +15,11 @@ it imports (at any depth, imports inside functions included):
 - ``objective``: the stage's objective's module and the losses it calls: training.
 
 A backend, the trackers, the settings machinery or the docs are in no part: an edit
-there reruns nothing. Off by default, so that a run continued under newer code plans
-nothing; turning it on reruns each of those jobs once.
+there reruns nothing. Nor are the Parquet contracts and word lists (``spag.data``) or
+model loading and prompt rendering (``spag.models``): an edit there changes a contract
+of every step, a rerun to decide by hand (``snakemake -R``). Off by default, so that a
+run continued under newer code plans nothing; turning it on reruns each of those jobs
+once (``snakemake --touch`` adopts the current source without rerunning).
 """
 
 from __future__ import annotations
@@ -54,30 +58,41 @@ def _imports(path: Path, package: str) -> set[str]:
     return names
 
 
+# The spag package's folder: its modules are found as files, without importing them.
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of module ``name``: a spag module by its path in the package (no
+    import, so no parent package runs), another (a game registered from elsewhere) by
+    the import system."""
+    if name == "spag" or name.startswith("spag."):
+        base = PACKAGE.joinpath(*name.split(".")[1:])
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+    spec = importlib.util.find_spec(name)
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
 @functools.cache
-def module_closure(module: str) -> tuple[Path, ...]:
-    """The files of ``module`` and of the research core's modules it imports, at any
-    depth, sorted."""
+def module_closure(module: str) -> tuple[tuple[str, Path], ...]:
+    """``module`` and the research core's modules it imports, at any depth, as (name,
+    file) pairs sorted by name."""
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:
         name = todo.pop()
-        if name in seen:
+        path = _module_file(name)
+        if name in seen or path is None:
             continue
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-            continue
-        seen[name] = Path(spec.origin)
-        package = name if spec.submodule_search_locations else name.rpartition(".")[0]
-        for imported in _imports(seen[name], package):
-            if _is_core(imported) and imported not in seen:
-                try:
-                    found = importlib.util.find_spec(imported)
-                except ModuleNotFoundError:
-                    found = None  # ``from spag.x import name``: a name, not a module
-                if found is not None:
-                    todo.append(imported)
-    return tuple(sorted(seen.values()))
+        seen[name] = path
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        # ``from X import Y`` names X.Y too: a submodule where Y is one, else no file.
+        todo += [m for m in _imports(path, package) if _is_core(m) and m not in seen]
+    return tuple(sorted(seen.items()))
 
 
 def part_modules(config: dict[str, Any], part: str, stage: str | None = None) -> list[str]:
@@ -101,10 +116,12 @@ def part_modules(config: dict[str, Any], part: str, stage: str | None = None) ->
     raise ValueError(f"unknown part {part!r} (known: {', '.join(PARTS)})")
 
 
-def part_files(config: dict[str, Any], part: str, stage: str | None = None) -> list[Path]:
-    """The source files of a part (:func:`part_modules` and their closures)."""
-    files = {p for m in part_modules(config, part, stage) for p in module_closure(m)}
-    return sorted(files)
+def part_files(
+    config: dict[str, Any], part: str, stage: str | None = None
+) -> list[tuple[str, Path]]:
+    """The modules of a part, (name, file) sorted by name: :func:`part_modules` and
+    their closures."""
+    return sorted({pair for m in part_modules(config, part, stage) for pair in module_closure(m)})
 
 
 def algorithm_params(config: dict[str, Any], part: str, stage: str | None = None) -> dict[str, str]:
@@ -113,8 +130,6 @@ def algorithm_params(config: dict[str, Any], part: str, stage: str | None = None
     if not config["rerun_on_algorithm_edits"]:
         return {}
     digest = hashlib.sha256()
-    root = Path(importlib.util.find_spec("spag").origin).parent
-    for path in part_files(config, part, stage):
-        digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for name, path in part_files(config, part, stage):
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return {"algorithm": f"{part}:{digest.hexdigest()[:16]}"}

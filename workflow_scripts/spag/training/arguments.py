@@ -18,18 +18,18 @@ from transformers import TrainingArguments
 
 from spag.settings import opt
 from spag.training.objectives import OBJECTIVES, LossSettings
-from spag.training.settings import BatchLayout, TrainConfig, argument_values
+from spag.training.settings import BatchOrder, TrainConfig, argument_values
 
 
 # Ours first: their fields follow TrainingArguments' (bases' fields are ordered from the
 # last base on) and their __post_init__ (the bounds) runs before its.
 @dataclass(kw_only=True)
-class SpagTrainingArguments(LossSettings, BatchLayout, TrainingArguments):
+class SpagTrainingArguments(LossSettings, BatchOrder, TrainingArguments):
     """``TrainingArguments`` plus what :class:`spag.training.trainer.SpagTrainer` reads
     from ``self.args``, inherited from their one declaration: the loss's settings
     (docs/design.md section 4, :class:`spag.training.objectives.LossSettings`: the
-    objective reads its coefficients from here, ``args.kl_coeff``) and the batches'
-    layout (:class:`spag.training.settings.BatchLayout`); the stage's other settings fill
+    objective reads its coefficients from here, ``args.kl_coeff``) and the samples' order
+    (:class:`spag.training.settings.BatchOrder`); the stage's other settings fill
     ``TrainingArguments``' own fields by name."""
 
     # The sample columns (reward, weight, ref_logprob, ...) are the loss's, not the model's.

@@ -53,8 +53,8 @@ SCHEDULERS = (
 
 @dataclass(kw_only=True)
 class StageOptimization(Checked):
-    """How a training stage runs its updates: the optimizer, the schedule, the batches,
-    the precision and the adapter."""
+    """How a training stage runs its updates: the optimizer, the schedule, the batch
+    size, the precision, checkpoints and the loss log."""
 
     learning_rate: float | None = opt(
         None, "peak learning rate; default: the objective's", gt=0, filled="objective"
@@ -90,22 +90,23 @@ class StageOptimization(Checked):
 
 
 @dataclass(kw_only=True)
-class BatchLayout(Checked):
-    """How a stage's micro-batches are formed; the Trainer's arguments inherit these too
-    (its batch sampler and collator read them)."""
+class BatchOrder(Checked):
+    """The order of a stage's samples; the Trainer's arguments inherit it too (the
+    trainer's batch sampler reads it from them)."""
 
     group_by_length: bool = opt(True, "batches of similar length (the SFT/game mix kept)")
+
+
+@dataclass(kw_only=True)
+class StageMemory(Checked):
+    """What saves memory in a stage: packed rows without padding, a low-rank adapter
+    instead of full fine-tuning."""
+
     padding_free: bool = opt(
         True,
         "pack a micro-batch in one row, attention per sample: no padding slots (false: "
         "right-padded batches)",
     )
-
-
-@dataclass(kw_only=True)
-class StageAdapter(Checked):
-    """Full fine-tuning or a low-rank adapter."""
-
     peft: LoraSettings | None = opt(
         None,
         "a low-rank adapter (peft's LoraConfig names), trained on the frozen model and "
@@ -118,9 +119,10 @@ class StageAdapter(Checked):
 # keep the order of earlier runs' command lines (a reordered command line would rerun
 # every training job through Snakemake's params trigger).
 @dataclass(kw_only=True)
-class StageSettings(LossSettings, StageAdapter, BatchLayout, StageOptimization):
+class StageSettings(LossSettings, StageMemory, BatchOrder, StageOptimization):
     """Hyper-parameters of one training stage (config ``imitation`` / ``spag``, both of
-    the schema's ``$defs.training``): its updates, its batches, its adapter and its loss."""
+    the schema's ``$defs.training``): its updates, its samples' order, its memory savers
+    and its loss."""
 
 
 @dataclass(kw_only=True)
