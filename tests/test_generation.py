@@ -448,7 +448,12 @@ def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
     memory = whole._memory
     one_row = memory.slot_bytes(longest, 10) + memory.pass_bytes(longest, whole.reuse_kv)
     split = load_backend(
-        "hf", tiny_model_dir, **LOCAL, batch_size=64, max_length=256, batch_memory_bytes=one_row + 1
+        "hf",
+        tiny_model_dir,
+        **LOCAL,
+        batch_size=64,
+        max_length=256,
+        batch_memory_gib=(one_row + 1) / 2**30,
     )
     assert split.batch_rows(longest, 10) == (1, 1)
     sizes = []
@@ -465,7 +470,7 @@ def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
         assert a == b
         assert sizes == [1] * len(PROMPTS)  # one slot: the prompts went one by one
     tiny = load_backend(
-        "hf", tiny_model_dir, **LOCAL, max_length=256, batch_memory_bytes=one_row // 4
+        "hf", tiny_model_dir, **LOCAL, max_length=256, batch_memory_gib=(one_row // 4) / 2**30
     )
     with pytest.raises(SpagInputError, match="selfplay.batch_memory_gib"):
         _gen(tiny, PROMPTS, max_new_tokens=10, seed=5, temperature=0, top_p=1)

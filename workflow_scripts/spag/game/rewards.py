@@ -44,14 +44,14 @@ def winners(
 
 
 def _discounted(
-    episode: Episode, role: str, n: int, decay: float, result: float
+    episode: Episode, role: str, n: int, decay_weight: float, result: float
 ) -> list[tuple[int, float]]:
-    """``role``'s messages among the first n: its k-th gets ``(1/decay)^k`` (by repeated
-    multiplication, as the reference), normalised to sum to 1, times ``result``."""
+    """``role``'s messages among the first n: its k-th gets ``(1/decay_weight)^k`` (by
+    repeated multiplication, as the reference), normalised to sum to 1, times ``result``."""
     turns = [k for k in range(n) if episode.history[k]["role"] == role]
     coeffs, coeff = [], 1.0
     for _ in turns:
-        coeff *= 1.0 / decay
+        coeff *= 1.0 / decay_weight
         coeffs.append(coeff)
     total = 0.0
     for c in coeffs:

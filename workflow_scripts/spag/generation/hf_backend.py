@@ -8,7 +8,7 @@ batch stays full until the call runs out of prompts, and then shrinks to the
 slots still decoding (:class:`_Slots`). The prompt prefix that all prompts share
 (the game rules) is computed once, kept across calls, and read once per decoding
 step for all slots (:mod:`spag.generation.slot_attention`); a game's keys/values
-are kept between its turns within ``reuse_kv_bytes``. Each game samples from its
+are kept between its turns within ``kv_reuse_gib``. Each game samples from its
 own ``torch.Generator`` seeded from the call's seed and its episode id: its draws
 do not depend on the other games of the call, and the global RNG is untouched.
 Its logits are computed in a batch that other games shape: the same up to
@@ -55,9 +55,9 @@ class HFBackend(Backend):
         dtype: str = SelfplaySettings.dtype,
         device: str | None = None,
         reuse_kv: bool = True,
-        reuse_kv_bytes: int = int(SelfplaySettings.kv_reuse_gib * 1024**3),
+        kv_reuse_gib: float = SelfplaySettings.kv_reuse_gib,
         cuda_graphs: bool = SelfplaySettings.cuda_graphs,
-        batch_memory_bytes: int | None = None,
+        batch_memory_gib: float | None = SelfplaySettings.batch_memory_gib,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -71,6 +71,9 @@ class HFBackend(Backend):
         self.max_length = context_budget(model_dir, max_length)
         # Per game (cache key): the prompt ids of its last call and their keys/values,
         # so that the next prompt of the game recomputes only what changed.
+        # The config's knobs by their names and units (GiB); bytes from here on.
+        reuse_kv_bytes = int(kv_reuse_gib * 2**30)
+        batch_memory_bytes = int(batch_memory_gib * 2**30) if batch_memory_gib else None
         self.reuse_kv = bool(reuse_kv) and reuse_kv_bytes > 0
         self._kv_store: dict[str, tuple[list[int], list[tuple]]] = {}
         # Kept keys/values stay under this many bytes (a large model keeps few or none).
@@ -112,8 +115,8 @@ class HFBackend(Backend):
         self.pad_id = int(pad) if pad is not None else self.eos_ids[0]
         # What the slots and a prompt pass may take together; there are as many slots
         # as fit, at most --batch-size.
-        if batch_memory_bytes is not None and batch_memory_bytes <= 0:
-            raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_bytes}")
+        if batch_memory_gib is not None and batch_memory_gib <= 0:
+            raise SpagInputError(f"--batch-memory-gib must be positive, got {batch_memory_gib}")
         self._batch_memory_bytes = int(batch_memory_bytes) if batch_memory_bytes else None
         self._batch_memory_configured = self._batch_memory_bytes
         config = self.model.config.get_text_config()

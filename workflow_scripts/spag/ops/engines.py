@@ -15,7 +15,6 @@ from typing import Any
 
 from spag.game.play_settings import PlayConfig
 from spag.game.selfplay import OPPONENT, POLICY
-from spag.ops.capacity import GIB
 from spag.ops.device import select_device
 
 log = logging.getLogger("spag.play")
@@ -63,9 +62,9 @@ def load_play_engines(c: PlayConfig, seed: int, game: Any, names: dict[str, str]
     if c.backend == "hf":
         opts.update(
             device=device,
-            reuse_kv_bytes=int(c.kv_reuse_gib * GIB),
+            kv_reuse_gib=c.kv_reuse_gib,
             cuda_graphs=c.cuda_graphs,
-            batch_memory_bytes=int(c.batch_memory_gib * GIB) if c.batch_memory_gib else None,
+            batch_memory_gib=c.batch_memory_gib,
         )
     else:
         opts.update(
