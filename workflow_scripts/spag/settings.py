@@ -350,11 +350,9 @@ def from_words(cls: type, words: list[str], flag: str) -> dict[str, Any]:
             if _is_list(kind):
                 item = typing.get_args(kind)[0]
                 values[key] = tuple(_typed(item, t) for t in text.split(",") if t)
-            elif kind is bool:
-                values[key] = {"true": True, "false": False}[text.lower()]
             else:
-                values[key] = kind(text)
-        except (KeyError, TypeError, ValueError):
+                values[key] = _typed(kind, text)
+        except (TypeError, ValueError):
             raise SpagInputError(f"{flag}: {key}={text!r} is not a {_name(kind)}") from None
     return values
 

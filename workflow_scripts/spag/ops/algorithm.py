@@ -48,11 +48,7 @@ def _imports(path: Path, package: str) -> set[str]:
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    [*package.split(".")[: len(package.split(".")) - node.level + 1], base]
-                ).rstrip(".")
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             names.add(base)
             names.update(f"{base}.{a.name}" for a in node.names)
     return names
