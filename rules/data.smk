@@ -35,7 +35,9 @@ else:
     SECRETS_STEP = dict(
         input=dict(),
         params=dict(
-            args=cli_flags(game=GAME.name, game_settings=config["game"]["settings"] or None)
+            args=cli_flags(
+                game=GAME.name, game_settings=config["game"]["settings"] or None
+            )
         ),
         shell=(
             "exec spag deals --output-train {output.train:q}"
