@@ -3,8 +3,10 @@
     python perf/settings_fields.py [ROOT]
 
 Reads every class under ROOT (default ``workflow_scripts``) whose name ends in
-``Settings``, ``Config`` or ``Arguments`` and counts its annotated fields as written in
-its body (inherited ones are not declarations; ``ClassVar`` ones are not fields). Prints
+``Settings``, ``Config`` or ``Arguments``, or that declares a field with ``opt(...)`` or
+``req(...)`` (the settings bases a step inherits, whatever their names), and counts its
+annotated fields as written in its body (inherited ones are not declarations;
+``ClassVar`` ones are not fields). Prints
 the number of names, of declarations, of names declared in two or more classes, each
 such name with its classes, and the lines that mention ``declared_as``.
 """
@@ -24,15 +26,29 @@ def declarations(root: Path) -> dict[str, list[str]]:
     found: dict[str, list[str]] = collections.defaultdict(list)
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if not (isinstance(node, ast.ClassDef) and node.name.endswith(SUFFIXES)):
+            if not isinstance(node, ast.ClassDef):
                 continue
-            for stmt in node.body:
-                if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
-                    continue
-                if "ClassVar" in ast.unparse(stmt.annotation):
-                    continue
-                found[stmt.target.id].append(node.name)
+            fields = [
+                stmt
+                for stmt in node.body
+                if isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and "ClassVar" not in ast.unparse(stmt.annotation)
+            ]
+            if node.name.endswith(SUFFIXES) or any(map(_is_setting, fields)):
+                for stmt in fields:
+                    found[stmt.target.id].append(node.name)
     return found
+
+
+def _is_setting(stmt: ast.AnnAssign) -> bool:
+    """A field declared with the settings helpers (``opt``, ``req``)."""
+    value = stmt.value
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in ("opt", "req")
+    )
 
 
 def main() -> None:
