@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus = sorted(
             x for x in (REPO / "data").glob("*") if x.suffix in (".json", ".yaml", ".txt")
         )
-        args.model = build_tiny_model(corpus, out_dir / "model")
+        args.model = build_tiny_model(corpus, out_dir / "model", seed=0)
     import torch
 
     words = out_dir / "words.txt"

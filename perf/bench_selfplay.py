@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         corpus = sorted(
             p for p in (REPO / "data").glob("*") if p.suffix in (".json", ".yaml", ".txt")
         )
-        model_dir = build_tiny_model(corpus, Path(tmp.name) / "model")
+        model_dir = build_tiny_model(corpus, Path(tmp.name) / "model", seed=0)
     prompts = TABOO.load_prompts()
     backend = load_backend(
         "hf",

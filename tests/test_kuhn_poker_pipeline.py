@@ -133,7 +133,7 @@ def test_m0_imitates_every_scripted_move_or_only_the_winners():
     them never folds; every move of the scripted hands holds each legal move."""
     table = scripted_games(KUHN_POKER, KUHN_POKER.deals, 20, seed=1, max_turns=2)
     messages = sum(len(h) for h in table.column("history").to_pylist())
-    winners = imitation_samples(table, seed=0, source="t", game=KUHN_POKER)
+    winners = imitation_samples(table, seed=0, source="t", game=KUHN_POKER, imitate="winners")
     every = imitation_samples(table, seed=0, source="t", game=KUHN_POKER, imitate="every")
     assert "fold" not in winners.column("move").to_pylist()
     assert every.num_rows == messages  # no hand breaks a rule

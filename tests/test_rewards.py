@@ -32,7 +32,9 @@ def assign_rewards(table: pa.Table, **given) -> pa.Table:
 
 
 def imitation_samples(*tables: pa.Table | None, **given) -> pa.Table:
-    return imitation.imitation_samples(*tables, **{"seed": 0, "source": "episodes", **given})
+    return imitation.imitation_samples(
+        *tables, **{"seed": 0, "source": "episodes", "imitate": "winners", **given}
+    )
 
 
 def episodes_table(games: list[tuple[str, str, int, list[str]]]) -> pa.Table:

@@ -29,31 +29,60 @@ def _declared(node: dict | None = None, path: tuple[str, ...] = ()) -> dict:
     found = {}
     if "x-section" in node:
         found[path] = load_section_class(node["x-section"])
-    for key in ("$defs", "properties"):
-        for name, sub in (node.get(key) or {}).items():
-            if isinstance(sub, dict):
-                found.update(_declared(sub, (*path, name)))
+    for name, sub in (node.get("$defs") or {}).items():
+        found.update(_declared(sub, ("$defs", name)))
+    for name, sub in (node.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            found.update(_declared(sub, (*path, name)))
     return found
 
 
 def _sections() -> dict[tuple[str, ...], type]:
-    return {k: v for k, v in _declared().items() if k != ("training",)}
+    """The config's sections by path (the top level: ``()``); ``$defs`` are used by
+    reference (both training stages, every resources family)."""
+    return {k: v for k, v in _declared().items() if k[:1] != ("$defs",)}
 
 
-def test_the_steps_declare_their_sections():
+def test_every_section_is_declared_by_a_class():
     declared = {".".join(k): v.__name__ for k, v in _declared().items()}
     assert declared == {
-        "training": "StageSettings",
+        "$defs.resources": "ResourceSettings",
+        "$defs.training": "StageSettings",
+        "": "RunSettings",
+        "base_model": "BaseModelSettings",
+        "base_model.tiny": "TinyModelSettings",
         "words": "WordsSettings",
-        "data.teacher": "TeacherSettings",
         "game": "GameSettings",
+        "data": "DataSettings",
+        "data.teacher": "TeacherSettings",
+        "data.scripted": "ScriptedSettings",
         "selfplay": "SelfplaySettings",
         "rewards": "RewardsSettings",
         "scoring": "ScoringSettings",
+        "tracking": "TrackingSettings",
         "evaluation": "EvaluationSettings",
         "evaluation.hints": "HintsSettings",
         "evaluation.reasoning": "ReasoningSettings",
     }
+
+
+def test_no_key_of_the_schema_is_written_by_hand():
+    """Every key with a type is a field of a declaring class: the schema file only
+    arranges the sections (which class, where, a section's description)."""
+    schema = yaml.safe_load((PACKAGE / "schemas" / "config.schema.yaml").read_text())
+    found = []
+
+    def walk(node: dict, path: str) -> None:
+        for name, sub in (node.get("properties") or {}).items():
+            where = f"{path}.{name}".lstrip(".")
+            if ("type" in sub or "enum" in sub) and "properties" not in sub:
+                found.append(where)  # a key, not a group of sections
+            walk(sub, where)
+        for sub in (node.get("$defs") or {}).values():
+            walk(sub, path)
+
+    walk(schema, "")
+    assert not found
 
 
 def _outside(f: dataclasses.Field, kind: type) -> list[tuple[str, object]]:
@@ -77,14 +106,17 @@ def _bounded_fields():
 def test_a_bound_holds_at_plan_time_and_on_the_command_line(path, cls, name, value):
     """One declaration, two checks: the config refuses the value naming its key, the
     step's settings refuse it naming its flag."""
-    sections = [("imitation",), ("spag",)] if path == ("training",) else [path]
-    for where in sections:
+    used_at = {
+        ("$defs", "training"): [("imitation",), ("spag",)],
+        ("$defs", "resources"): [("resources", "train"), ("resources", "teacher")],
+    }
+    for where in used_at.get(path, [path]):
         config: dict = {}
         node = config
         for part in where:
             node = node.setdefault(part, {})
         node[name] = value
-        with pytest.raises(SpagInputError, match=rf"key '{'.'.join(where)}.{name}'"):
+        with pytest.raises(SpagInputError, match=rf"key '{'.'.join((*where, name))}'"):
             validate_config(config)
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     flag = "--" + f.metadata.get("flag", name).replace("_", "-")
@@ -115,7 +147,8 @@ def test_a_section_default_is_its_declared_default():
             default = f.default_factory() if f.default is dataclasses.MISSING else f.default
             if isinstance(default, tuple):
                 default = list(default)
-            if (*path, f.name) in (("evaluation", "hints", "k"), ("game", "prompts")):
+            filled = (("evaluation", "hints", "k"), ("game", "prompts"), ("data", "imitation"))
+            if (*path, f.name) in filled:
                 continue  # filled by validate_config (from words.num_test; the game's own)
             assert node[f.name] == default, (path, f.name)
 

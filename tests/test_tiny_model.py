@@ -104,9 +104,9 @@ def test_build_is_deterministic_for_a_seed(tmp_path):
 
 def test_build_errors(tmp_path):
     with pytest.raises(SpagInputError, match="not found"):
-        build_tiny_model([tmp_path / "missing.txt"], tmp_path / "m")
+        build_tiny_model([tmp_path / "missing.txt"], tmp_path / "m", seed=0)
     empty = tmp_path / "empty.txt"
     empty.write_text("\n  \n")
     with pytest.raises(SpagInputError, match="corpus is empty"):
-        build_tiny_model([empty], tmp_path / "m")
+        build_tiny_model([empty], tmp_path / "m", seed=0)
     assert not (tmp_path / "m").exists()

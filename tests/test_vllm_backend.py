@@ -23,7 +23,7 @@ def gpu_model_dir(tmp_path_factory):
     corpus = sorted(p for p in DATA.glob("*") if p.suffix in (".json", ".yaml", ".txt"))
     out = tmp_path_factory.mktemp("gpu") / "model"
     return build_tiny_model(
-        corpus, out, hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4
+        corpus, out, hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4, seed=0
     )
 
 

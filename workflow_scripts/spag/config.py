@@ -1,9 +1,9 @@
 """Validation of the pipeline configuration against its JSON schema, with defaults.
 
-The schema (``spag/schemas/config.schema.yaml``) lists every key; a section that a
-step's settings dataclass declares is named there by its class (``x-section``) and its
-keys, types, bounds, defaults and help come from that class
-(:func:`spag.settings.section_schema`). Errors name the key path
+The schema (``spag/schemas/config.schema.yaml``) arranges the sections; each is named
+there by the settings dataclass that declares it (``x-section``), whose fields give its
+keys, types, bounds, defaults and help (:func:`spag.settings.section_schema`), the
+run-wide keys at the top level being :class:`RunSettings`'s. Errors name the key path
 (``selfplay.num_shards``) so a typo fails before any job.
 """
 
@@ -15,6 +15,7 @@ import math
 import os
 import types
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,33 @@ import jsonschema
 import yaml
 
 from spag.errors import SpagInputError
-from spag.settings import load_section_class, section_schema
+from spag.settings import Checked, load_section_class, opt, section_schema
 from spag.training.objectives import OBJECTIVES, STAGE_OBJECTIVE, coefficients, paper_defaults
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(Checked):
+    """The run-wide keys (the config's top level, beside its sections)."""
+
+    seed: int = opt(42, "the run's seed: every step's seeds derive from it", ge=0, le=4294967295)
+    epochs: int = opt(3, "SPAG epochs after imitation (targets spag_epoch1 .. spag_epoch<N>)", ge=1)
+    offline: bool = opt(True, "set HF_HUB_OFFLINE=1 for every job")
+    rerun_on_algorithm_edits: bool = opt(
+        False,
+        "true: the source of the game, the reward scheme and the objective (their modules "
+        "and the research core's modules they import) joins the params of the rules that run "
+        "them, so that an edit reruns what it changes (editing rewards reruns assign_rewards "
+        "and what follows it, not self-play; a backend, the trackers or the docs rerun "
+        "nothing). Off by default: a run continued under newer code reruns nothing; turning "
+        "it on reruns each of those jobs once (spag.ops.algorithm)",
+    )
+    cuda_build: str = opt(
+        "cu13",
+        "CUDA builds of torch and vLLM in the GPU conda envs: cu13 (PyPI's, NVIDIA driver R580 "
+        "or newer; envs/*.yaml) or cu12 (PyTorch's and vLLM's CUDA 12.9 indexes, driver R525 "
+        "or newer; envs/cuda12/*.yaml). Only with --software-deployment-method conda",
+        choices=("cu13", "cu12"),
+    )
 
 
 def load_schema() -> dict[str, Any]:

@@ -3,38 +3,44 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from spag.models.settings import TinyModelSettings
+from spag.settings import add_arguments as add_setting_arguments
+from spag.settings import from_arguments, opt, req
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildTinyModelConfig(TinyModelSettings):
+    """One ``spag build-tiny-model`` job: the config's ``base_model.tiny`` and a few
+    shapes only a by-hand build sets."""
+
+    output: str = req("model folder to create")
+    num_kv_heads: int | None = opt(None, "key/value heads (default: --num-heads)", ge=1)
+    vocab_rows: int | None = opt(None, "embedding rows (default: the tokenizer's)", ge=1)
+    max_position_embeddings: int = opt(2048, "longest position", ge=1)
+    seed: int = opt(0, "the tokenizer's and the weights' seed")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--corpus", nargs="+", required=True, help="text/JSON/YAML files")
-    p.add_argument("--output", required=True, help="model folder to create")
-    p.add_argument("--vocab-size", type=int, default=1024)
-    p.add_argument("--hidden-size", type=int, default=64)
-    p.add_argument("--intermediate-size", type=int, default=192)
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--num-heads", type=int, default=4)
-    p.add_argument("--num-kv-heads", type=int, default=None, help="default: --num-heads")
-    p.add_argument(
-        "--vocab-rows", type=int, default=None, help="embedding rows (default: the tokenizer's)"
-    )
-    p.add_argument("--max-position-embeddings", type=int, default=2048)
-    p.add_argument("--seed", type=int, default=0)
+    add_setting_arguments(p, BuildTinyModelConfig)
 
 
 def run(args: argparse.Namespace) -> int:
     from spag.models.tiny import build_tiny_model
 
+    c: BuildTinyModelConfig = from_arguments(BuildTinyModelConfig, args)
     build_tiny_model(
-        args.corpus,
-        args.output,
-        vocab_size=args.vocab_size,
-        hidden_size=args.hidden_size,
-        intermediate_size=args.intermediate_size,
-        num_layers=args.num_layers,
-        num_heads=args.num_heads,
-        num_kv_heads=args.num_kv_heads,
-        vocab_rows=args.vocab_rows,
-        max_position_embeddings=args.max_position_embeddings,
-        seed=args.seed,
+        list(c.corpus),
+        c.output,
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        intermediate_size=c.intermediate_size,
+        num_layers=c.num_layers,
+        num_heads=c.num_heads,
+        num_kv_heads=c.num_kv_heads,
+        vocab_rows=c.vocab_rows,
+        max_position_embeddings=c.max_position_embeddings,
+        seed=c.seed,
     )
     return 0

@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from spag.game.imitation import IMITATE
+from spag.game.scripted import ScriptedSettings
 from spag.game.settings import GameSettings
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--imitate",
         choices=tuple(IMITATE),
-        default="winners",
+        default=ScriptedSettings.imitate,
         help="winners: the winner's messages of decisive games; every: every message of "
         "every game without a rule break (config data.scripted.imitate)",
     )

@@ -47,7 +47,7 @@ def imitation_samples(
     instructions_source: str = "instructions",
     both_roles_key: str | None = None,
     game: Game,
-    imitate: str = "winners",
+    imitate: str,
 ) -> pa.Table:
     """Imitation data: the winner's messages of decisive demonstration games (with
     ``imitate="every"``: every message of every game without a rule break), type

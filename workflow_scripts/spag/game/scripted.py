@@ -7,14 +7,32 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from spag.errors import SpagInputError
 from spag.game.base import Game
+from spag.game.imitation import IMITATE
 from spag.game.selfplay import POLICY, GameSpec, GameState, games_table
+from spag.settings import Checked, opt
 
 SCRIPTED_NAME = "scripted"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScriptedSettings(Checked):
+    """M0's demonstrations played by the game's scripted player (config ``data.scripted``,
+    with ``data.imitation: scripted``)."""
+
+    games_per_secret: int = opt(100, "games per secret (per deal in Kuhn Poker)", ge=1)
+    imitate: str = opt(
+        "winners",
+        'which moves M0 imitates: "winners": the winner\'s moves of decisive games, as of any '
+        'demonstrations; "every": every move of every game without a rule break (M0 copies '
+        "the scripted player: Kuhn Poker's loser folds too)",
+        choices=IMITATE,
+    )
 
 
 def scripted_games(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from spag.data.tables import atomic_dir
 from spag.errors import SpagInputError
+from spag.models.settings import TinyModelSettings
 
 BOS, EOS, UNK = "<s>", "</s>", "<unk>"
 
@@ -110,15 +111,15 @@ def build_tiny_model(
     corpus: list[str | os.PathLike],
     output: str | os.PathLike,
     *,
-    vocab_size: int = 1024,
-    hidden_size: int = 64,
-    intermediate_size: int = 192,
-    num_layers: int = 2,
-    num_heads: int = 4,
+    vocab_size: int = TinyModelSettings.vocab_size,
+    hidden_size: int = TinyModelSettings.hidden_size,
+    intermediate_size: int = TinyModelSettings.intermediate_size,
+    num_layers: int = TinyModelSettings.num_layers,
+    num_heads: int = TinyModelSettings.num_heads,
     num_kv_heads: int | None = None,
     vocab_rows: int | None = None,
     max_position_embeddings: int = 2048,
-    seed: int = 0,
+    seed: int,
 ) -> Path:
     """Build the tokenizer and a randomly initialised Llama into ``output`` (atomically).
 

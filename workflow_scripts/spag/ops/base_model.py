@@ -20,6 +20,7 @@ from pathlib import Path
 
 from spag.data.tables import sha256_file
 from spag.errors import SpagInputError
+from spag.models.settings import ModelLoading
 from spag.models.tokenizer import TOKENIZER_FILES
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ def _offline() -> bool:
     return flag in {"1", "ON", "YES", "TRUE"} or bool(constants.HF_HUB_OFFLINE)
 
 
-def check_model_folder(folder: str | os.PathLike, trust_remote_code: bool = False) -> Path:
+def check_model_folder(
+    folder: str | os.PathLike, trust_remote_code: bool = ModelLoading.trust_remote_code
+) -> Path:
     """Check that ``folder`` is a loadable causal-LM checkpoint; return its absolute path.
 
     Needs ``config.json``, a tokenizer file and safetensors weights (every shard the
@@ -156,7 +159,7 @@ def download_hub_model(
     repo_id: str,
     output: str | os.PathLike,
     revision: str | None = None,
-    trust_remote_code: bool = False,
+    trust_remote_code: bool = ModelLoading.trust_remote_code,
     cache_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Fetch ``repo_id`` (config, tokenizer, safetensors) into the folder ``output``, atomically.
@@ -203,7 +206,7 @@ def prepare_base_model(
     name_or_path: str,
     output: str | os.PathLike,
     revision: str | None = None,
-    trust_remote_code: bool = False,
+    trust_remote_code: bool = ModelLoading.trust_remote_code,
     cache_dir: str | os.PathLike | None = None,
     gguf_file: str | None = None,
 ) -> Path:

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+from spag.settings import Checked, opt
 
 RDZV_PORT = 29500
 # Jobs that share a first node must not share a rendezvous port: the port is offset
@@ -35,6 +38,61 @@ RDZV_PORT_SPAN = 1000
 # of the allocation; the job-step plugin strips SLURM_JOB_NODELIST from the rule's
 # environment, so the batch host's own name is the rendezvous host.
 _HEAD_NODE = "$(hostname)"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResourceSettings(Checked):
+    """What one rule family asks of its machines (config ``resources.<family>``)."""
+
+    gpus: int = opt(
+        0, "GPUs per node for the job; on one node SLURM gets --nodes=1 --gpus=<gpus>", ge=0
+    )
+    nodes: int = opt(
+        1,
+        "nodes (training only); on SLURM N > 1 asks --nodes=N --ntasks=N --gres=gpu:<gpus>, one "
+        "torchrun per node",
+        ge=1,
+    )
+    cpus: int = opt(1, "CPU threads of the job", ge=1)
+    mem_mb: int = opt(
+        4000,
+        "MB per node at the first attempt (sbatch --mem); attempt k asks k x mem_mb, at most "
+        "max_mem_mb",
+        ge=100,
+    )
+    max_mem_mb: int | None = opt(
+        None,
+        "MB a retry may ask for at most (not below mem_mb); null: 2 x mem_mb. Keep it within "
+        "the partition's node memory",
+        ge=100,
+    )
+    runtime: int = opt(
+        60,
+        "minutes at the first attempt (sbatch -t); attempt k asks k x runtime, at most max_runtime",
+        ge=1,
+    )
+    max_runtime: int | None = opt(
+        None,
+        "minutes a retry may ask for at most (not below runtime); null: 2 x runtime. Keep it "
+        "within the partition's MaxTime",
+        ge=1,
+    )
+    slurm_partition: str | None = opt(None, "sbatch -p; null: the profile's default-resources")
+    slurm_account: str | None = opt(
+        None, "sbatch -A; null: the profile's, else the plugin looks one up"
+    )
+    constraint: str | None = opt(
+        None,
+        'node features (sbatch -C), e.g. "a100" or "a100|h100"',
+        schema={"minLength": 1},
+    )
+    qos: str | None = opt(None, "quality of service (sbatch --qos)", schema={"minLength": 1})
+    slurm_extra: str | None = opt(
+        None,
+        'other sbatch flags, e.g. "--exclusive --mail-type=FAIL". The plugin refuses the flags '
+        "it sets itself (--qos, --constraint, --partition, --account, --mem, --time, --nodes, "
+        "--ntasks, --cpus-per-task, --gres, --gpus, ...): use the keys above",
+    )
 
 
 def _check_shape(gpus: int, nodes: int) -> None:

@@ -21,10 +21,12 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
+from spag.settings import Checked, opt
 
 TRACKERS = ("tensorboard", "wandb", "trackio", "mlflow")
 # The module each tracker's Trainer integration imports.
@@ -35,6 +37,35 @@ TRACKER_MODULES = {
     "mlflow": "mlflow",
 }
 DEFAULT_DIR = "results/tracking"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackingSettings(Checked):
+    """The trackers of the training stages (config ``tracking``); offline files under
+    ``results/tracking/``. The workflow hands them to ``spag train`` through the
+    environment (:func:`tracker_environment`), whose by-hand defaults log nowhere."""
+
+    report_to: tuple[str, ...] = opt(
+        ("tensorboard",),
+        "trackers every training stage logs to through the Trainer's integrations ([] for "
+        "none): TensorBoard event files under results/tracking/tensorboard/<run>/<stage>; "
+        "W&B offline under results/tracking/wandb (wandb sync); MLflow's SQLite store "
+        "results/tracking/mlflow.db; trackio under results/tracking/trackio. A "
+        "WANDB_*/MLFLOW_*/TRACKIO_DIR variable already set wins",
+        schema={"items": {"enum": list(TRACKERS)}, "uniqueItems": True},
+    )
+    project: str | None = opt(
+        None,
+        "project (W&B, trackio) or experiment (MLflow); null: the run folder's name",
+        schema={"minLength": 1},
+    )
+    run_name: str | None = opt(
+        None,
+        "the run's name (W&B group); stages log as <run_name>-imitation, <run_name>-epoch1, "
+        "...; null: <run folder>-<first 8 hex digits of the config's SHA-256>",
+        schema={"minLength": 1},
+    )
+
 
 log = logging.getLogger(__name__)
 

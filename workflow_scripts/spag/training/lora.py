@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
+from spag.models.settings import ModelLoading
 from spag.settings import Checked, opt
 
 log = logging.getLogger(__name__)
@@ -93,7 +94,10 @@ def check_targets(model: Any, lora: LoraSettings, setting: str = "peft") -> None
 
 
 def check_targets_for_config(
-    model_config: Any, lora: LoraSettings, setting: str, trust_remote_code: bool = False
+    model_config: Any,
+    lora: LoraSettings,
+    setting: str,
+    trust_remote_code: bool = ModelLoading.trust_remote_code,
 ) -> None:
     """:func:`check_targets` on the model ``model_config`` describes, built on the meta
     device (no weights: a 7B model takes a fraction of a second)."""
