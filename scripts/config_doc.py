@@ -1,7 +1,8 @@
 """The configuration reference (``docs/config.md``), generated from the config schema.
 
-The schema (``spag/schemas/config.schema.yaml``) is the one place that lists every
-key; this module renders it as Markdown, one table per top-level section, so that
+The schema (``spag.config.load_schema``: ``spag/schemas/config.schema.yaml``, its
+sections generated from the dataclasses that declare them) lists every key; this module
+renders it as Markdown, one table per top-level section, so that
 the reference cannot drift from what the validator accepts. Regenerate it with::
 
     python scripts/config_doc.py > docs/config.md

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from workflow_utils import deep_merge
 
+from spag.config import load_schema
 from spag.ops.cluster import (
     DEFAULT_GROWTH_CAP,
     RDZV_PORT,
@@ -192,7 +193,6 @@ def test_paper_config_retries_stay_within_its_ceilings():
 
 # ---------------------------------------------------------------- sbatch through the plugin
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "workflow_scripts" / "spag" / "schemas" / "config.schema.yaml"
 SLURM_README = REPO / "profiles" / "slurm" / "README.md"
 
 
@@ -209,7 +209,7 @@ def _config(*overlays: Path | dict) -> dict:
 
 def _family(**values) -> dict:
     """One `resources.<family>` entry with the schema's defaults filled in."""
-    props = yaml.safe_load(SCHEMA.read_text())["$defs"]["resources"]["properties"]
+    props = load_schema()["$defs"]["resources"]["properties"]
     return {key: prop["default"] for key, prop in props.items()} | values
 
 
@@ -388,7 +388,7 @@ def test_constraint_qos_and_extra_flags_reach_sbatch():
 
 def _documented_extras() -> list[str]:
     """slurm_extra examples of the schema and of profiles/slurm/README.md."""
-    props = yaml.safe_load(SCHEMA.read_text())["$defs"]["resources"]["properties"]
+    props = load_schema()["$defs"]["resources"]["properties"]
     examples = re.findall(r'e\.g\. "([^"]+)"', props["slurm_extra"]["description"])
     readme = SLURM_README.read_text()
     examples += re.findall(r'slurm_extra: "([^"]+)"', readme)
