@@ -19,7 +19,7 @@ class BuildTinyModelConfig(TinyModelSettings):
     num_kv_heads: int | None = opt(None, "key/value heads (default: --num-heads)", ge=1)
     vocab_rows: int | None = opt(None, "embedding rows (default: the tokenizer's)", ge=1)
     max_position_embeddings: int = opt(2048, "longest position", ge=1)
-    seed: int = opt(0, "the tokenizer's and the weights' seed")
+    seed: int = opt(0, "seed of the initial weights")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
