@@ -80,6 +80,7 @@ if TINY_BASE:
                 intermediate_size=_tiny["intermediate_size"],
                 num_layers=_tiny["num_layers"],
                 num_heads=_tiny["num_heads"],
+                head_dim=_tiny["head_dim"],
                 seed=config["seed"],
             )
         ),

@@ -54,7 +54,9 @@ rule eval_play:
         opponent_name=opponent_name_arg(),
         args=eval_play_args(),
     shell:
-        "exec spag play --model {input.model:q} --opponent {params.opponent:q}"
+        "exec "
+        + ENGINE_SPAG
+        + " play --model {input.model:q} --opponent {params.opponent:q}"
         " --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --shard-index {params.shard} --num-shards {params.num_shards}"
         " {params.epoch} --seed {params.seed} --model-name {params.model_name}"

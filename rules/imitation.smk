@@ -36,7 +36,9 @@ rule teacher_play:
         shard=lambda wildcards: int(wildcards.shard),
         args=teacher_play_args,
     shell:
-        "exec spag play --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
+        "exec "
+        + TEACHER_SPAG
+        + " play --words {input.words:q} --prompts {input.prompts:q} --output {output:q}"
         " --shard-index {params.shard} --num-shards {params.num_shards} --epoch 0"
         " --seed {params.seed} {params.args} > {log:q} 2>&1"
 

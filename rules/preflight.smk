@@ -21,7 +21,7 @@ if not workflow.remote_exec:
     # Reports of a preflight that stopped before its table are stale: checked anew.
     shutil.rmtree(os.path.dirname(PREFLIGHT_WORK), ignore_errors=True)
 
-for _unit, (_family, _env, _launch, _flags) in PREFLIGHT_UNITS.items():
+for _unit, (_family, _env, _launch, _spag, _flags) in PREFLIGHT_UNITS.items():
 
     rule:
         name:
@@ -38,9 +38,10 @@ for _unit, (_family, _env, _launch, _flags) in PREFLIGHT_UNITS.items():
         params:
             unit=_unit,
             launch=_launch,
+            spag=_spag,
             flags=_flags,
         shell:
-            "exec {params.launch} spag preflight --family {params.unit} --output {output:q}"
+            "exec {params.launch} {params.spag} preflight --family {params.unit} --output {output:q}"
             " {params.flags} > {log:q} 2>&1"
 
 

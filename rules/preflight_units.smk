@@ -12,7 +12,7 @@ def _endpoints(*specs):
 
 
 def preflight_units():
-    """Preflight job name -> (resource family, conda env, launch prefix, flags)."""
+    """Preflight job name -> (resource family, conda env, launch prefix, spag, flags)."""
     s, base = config["selfplay"], config["base_model"]
     model = base["gguf_file"] or base["name_or_path"]
     common = dict(path=[str(RESULTS)], online=not config["offline"])
@@ -98,5 +98,7 @@ def preflight_units():
         )
     for unit, (family, env, launch, flags) in units.items():
         flags.update(device=family_device(config, family), resources=family)
-        units[unit] = (family, env, launch, cli_flags(**flags))
+        # The engine families check the environment their jobs play in.
+        spag = ENGINE_SPAG if unit in ("selfplay", "evaluate") else "spag"
+        units[unit] = (family, env, launch, spag, cli_flags(**flags))
     return units

@@ -3,6 +3,9 @@
 # flags that rules pass to `spag` (spag.ops.cluster and each step's settings declaration).
 # No rules.
 
+import os
+import shlex
+
 from spag.ops.algorithm import algorithm_params
 from spag.ops.cluster import family_resources, torchrun_prefix
 from spag.commands.assign_rewards import AssignRewardsConfig
@@ -55,6 +58,20 @@ def backend_env():
     return gpu_env("vllm" if config["selfplay"]["backend"] == "vllm" else "train")
 
 
+def engine_spag():
+    """The `spag` of the jobs that start a generation engine: selfplay.vllm_env's for
+    vLLM where it is set (runs without --sdm conda), else the one on PATH. Part of the
+    shell command, not of params: setting it reruns nothing."""
+    s = config["selfplay"]
+    if s["backend"] == "vllm" and s["vllm_env"]:
+        env = os.path.abspath(os.path.expanduser(s["vllm_env"]))
+        return shlex.quote(os.path.join(env, "bin", "spag"))
+    return "spag"
+
+
+ENGINE_SPAG = engine_spag()
+
+
 def job_threads(kind):
     # Threads bound a job's CPUs locally (the SLURM request is cpus_per_task).
     return config["resources"][kind]["cpus"]
@@ -74,6 +91,14 @@ def threads_arg(wildcards, threads):
 def train_launcher():
     r = config["resources"]["train"]
     return torchrun_prefix(r["gpus"], r["nodes"], r["cpus"])
+
+
+def teacher_spag():
+    # Endpoint teachers start no engine.
+    return engine_spag() if teacher_plays_locally(config) else "spag"
+
+
+TEACHER_SPAG = teacher_spag()
 
 
 def teacher_family():

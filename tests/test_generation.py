@@ -479,7 +479,7 @@ def test_hf_batch_memory_sets_the_slots_with_the_same_replies(tiny_model_dir):
 def test_cgroup_memory_limits_of_the_job_and_its_parents(tmp_path):
     """A SLURM job's cgroup is not the root: its own limit (and its parents') count,
     page cache that can be dropped does not."""
-    from spag.generation.hf_backend import _cgroup_limits
+    from spag.generation.base import cgroup_limits
 
     fs = tmp_path / "cgroup"
     job = fs / "system.slice" / "slurmstepd.scope" / "job_7"
@@ -491,15 +491,15 @@ def test_cgroup_memory_limits_of_the_job_and_its_parents(tmp_path):
     (job / "memory.stat").write_text(f"anon 1\ninactive_file {2**30}\n")
     proc = tmp_path / "cgroup.txt"
     proc.write_text("0::/system.slice/slurmstepd.scope/job_7\n")
-    assert _cgroup_limits(proc, fs) == [(8 * 2**30, 2 * 2**30)]
+    assert cgroup_limits(proc, fs) == [(8 * 2**30, 2 * 2**30)]
     v1 = fs / "memory" / "slurm" / "uid_0"
     v1.mkdir(parents=True)
     (v1 / "memory.limit_in_bytes").write_text(f"{2**30}\n")
     (v1 / "memory.usage_in_bytes").write_text("100\n")
     proc.write_text("4:memory:/slurm/uid_0\n1:cpu:/\n")
-    assert _cgroup_limits(proc, fs) == [(2**30, 100)]
+    assert cgroup_limits(proc, fs) == [(2**30, 100)]
     proc.write_text("4:memory:/\n")
-    assert _cgroup_limits(proc, fs) == []  # no limit set
+    assert cgroup_limits(proc, fs) == []  # no limit set
 
 
 def test_hf_slots_are_refilled_as_replies_end_with_the_same_replies(tiny_model_dir):

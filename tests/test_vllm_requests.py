@@ -1,18 +1,19 @@
-"""What the vllm backend asks vLLM for, checked on CPU with a stand-in ``vllm`` module:
-token prompts from the shared renderer, and the sampling settings of the reference."""
+"""What only a GPU engine shows, checked on CPU with a stand-in ``vllm`` module: the
+process layout of a CUDA job (no CUDA initialised before vLLM forks its engine core), the
+device check, and the GPUs an engine spans. Everything a CPU engine can show runs against
+the real one (tests/test_vllm_backend.py)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import types
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from spag.game.settings import GameSettings
-from spag.generation.settings import Sampling
 
 # What spag play gives a local vllm backend besides the model.
 LOCAL = dict(
@@ -20,6 +21,7 @@ LOCAL = dict(
     trust_remote_code=False,
     tensor_parallel_size=1,
     seed=0,
+    device="cuda",
 )
 
 
@@ -46,53 +48,13 @@ def fake_vllm(monkeypatch):
     module = types.ModuleType("vllm")
     module.LLM = _FakeLLM
     module.SamplingParams = lambda **kw: kw  # the keyword arguments are the request
+    module.__version__ = "0.33.0"
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: False)  # a GPU build
+    module.platforms = platforms
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     return module
-
-
-def test_vllm_requests_carry_top_k_and_the_rendered_tokens(fake_vllm, tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    from spag.generation import load_backend
-    from spag.models.rendering import PromptRenderer
-
-    backend = load_backend("vllm", tiny_model_dir, **LOCAL, max_length=256)
-    sampled = Sampling(max_new_tokens=16, temperature=1.2, top_p=1.0, top_k=50)
-    replies = backend.generate(["hi there", "a river"], sampled, seed=3)
-    assert [r.text for r in replies] == ["ok", "ok"]
-    params = _FakeLLM.last["params"]
-    assert [p["top_k"] for p in params] == [50, 50]
-    assert all(p["temperature"] == 1.2 and p["min_tokens"] == 2 for p in params)
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    expected = [ids for ids, _ in PromptRenderer(tok, "raw").encode(["hi there", "a river"], 240)]
-    assert [r["prompt_token_ids"] for r in _FakeLLM.last["requests"]] == expected
-
-    backend.generate(["hi there"], replace(sampled, temperature=0.0), seed=3)
-    (greedy,) = _FakeLLM.last["params"]
-    assert greedy["temperature"] == 0.0 and greedy["top_k"] == 0  # no filter when greedy
-    assert greedy["min_tokens"] == 2  # a reply's minimum holds in greedy decoding too
-
-    # The minimum as set, and never above the reply's maximum (vLLM refuses that).
-    backend.generate(["hi there"], replace(sampled, min_new_tokens=1), seed=3)
-    assert _FakeLLM.last["params"][0]["min_tokens"] == 1
-    backend.generate(["hi there"], replace(sampled, max_new_tokens=3, min_new_tokens=5), seed=3)
-    assert _FakeLLM.last["params"][0]["min_tokens"] == 3
-
-
-def test_vllm_request_seed_follows_the_game_not_its_batch_position(fake_vllm, tiny_model_dir):
-    from spag.generation import load_backend
-
-    backend = load_backend("vllm", tiny_model_dir, **LOCAL, max_length=256)
-    sampled = Sampling(max_new_tokens=8, temperature=1.2, top_p=1.0, top_k=50)
-    backend.generate(["a", "b", "c"], sampled, seed=9, game_ids=["e1", "e2", "e3"])
-    together = {
-        g: p["seed"] for g, p in zip(["e1", "e2", "e3"], _FakeLLM.last["params"], strict=True)
-    }
-    # e1 has finished: e2 and e3 move up in the batch, their seeds stay.
-    backend.generate(["b", "c"], sampled, seed=9, game_ids=["e2", "e3"])
-    later = {g: p["seed"] for g, p in zip(["e2", "e3"], _FakeLLM.last["params"], strict=True)}
-    assert later == {g: together[g] for g in ("e2", "e3")}
-    assert len(set(together.values())) == 3
 
 
 STANDIN = Path(__file__).resolve().parent / "conda_standin"
@@ -111,6 +73,8 @@ def test_tensor_parallel_size_follows_the_rules_gpus(tmp_path):
         config = {
             "selfplay": {"backend": "vllm", "tensor_parallel_size": pinned},
             "resources": {family: {"gpus": gpus}},
+            # the family left on CPU takes the head sizes of vLLM's CPU attention only
+            "base_model": {"tiny": {"head_dim": 64}},
         }
         # the vLLM rules run in their conda env (a stand-in conda for the plan)
         res = snakemake(wd, "spag_epoch1", "-n", "-p", "--sdm", "conda", config=config,
@@ -264,49 +228,3 @@ def test_nvml_counts_the_gpus_this_job_may_use(monkeypatch, visible, count):
     assert [d["name"] for d in listed] == ["NVIDIA H100"] * 4
     assert listed[0]["memory_gib"] == 80.0
     assert lib.shut == 2  # NVML shut down after each call
-
-
-def test_vllm_calls_are_sent_in_waves_the_engine_cache_holds(fake_vllm, tiny_model_dir):
-    """Games go to vLLM in waves that fit its KV cache at full length (the shared rules
-    counted once), in the call's order; replies come back in that order."""
-    from spag.generation import load_backend
-    from spag.generation.vllm_backend import cache_waves
-
-    # 11 blocks of 4 tokens, one held back by vLLM; a shared 8-token prefix is 2 blocks:
-    # games of 6 own tokens + 2 new tokens take 2 blocks each, so 4 games fit a wave.
-    prefix = list(range(100, 108))
-    prompts = [prefix + [i] * 6 for i in range(9)]
-    assert cache_waves(prompts, 2, (11, 4)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
-    assert cache_waves(prompts, 2, (10, 4)) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
-    assert cache_waves(prompts, 2, None) == [list(range(9))]
-    assert cache_waves([[1] * 60], 4, (10, 4)) == [[0]]  # too large: alone
-    assert cache_waves([], 2, (10, 4)) == []
-
-    calls = []
-
-    class Engine(_FakeLLM):
-        def __init__(self, **opts):
-            super().__init__(**opts)
-            cache = types.SimpleNamespace(num_gpu_blocks=12, block_size=16)
-            self.llm_engine = types.SimpleNamespace(
-                vllm_config=types.SimpleNamespace(cache_config=cache)
-            )
-
-        def generate(self, requests, params, use_tqdm=False):
-            calls.append(len(requests))
-            return [
-                types.SimpleNamespace(outputs=[_Completion(text=f"r{p['seed']}")]) for p in params
-            ]
-
-    fake_vllm.LLM = Engine
-    backend = load_backend("vllm", tiny_model_dir, **LOCAL, max_length=256)
-    texts = [f"The rules are short. Game {i} says " + "word " * (5 + i) for i in range(7)]
-    sampling = Sampling(max_new_tokens=16, temperature=1.2, top_p=1.0, top_k=50)
-    replies = backend.generate(texts, sampling, seed=3, game_ids=[f"g{i}" for i in range(7)])
-    encoded = [ids for ids, _ in backend.encoder.encode(texts, 256 - 16)]
-    assert calls == [len(w) for w in cache_waves(encoded, 16, (12, 16))]
-    assert len(calls) > 1 and sum(calls) == 7
-    from spag.generation.base import prompt_seeds
-
-    seeds = prompt_seeds(3, [f"g{i}" for i in range(7)], 7)
-    assert [r.text for r in replies] == [f"r{s}" for s in seeds]  # the call's order

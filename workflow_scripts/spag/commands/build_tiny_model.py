@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         intermediate_size=c.intermediate_size,
         num_layers=c.num_layers,
         num_heads=c.num_heads,
+        head_dim=c.head_dim,
         num_kv_heads=c.num_kv_heads,
         vocab_rows=c.vocab_rows,
         max_position_embeddings=c.max_position_embeddings,

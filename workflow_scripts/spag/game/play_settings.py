@@ -162,6 +162,8 @@ def engine_arguments(config: dict[str, Any], family: str) -> dict[str, Any]:
         gpus = config["resources"][family]["gpus"]
         options["tensor_parallel_size"] = s["tensor_parallel_size"] or max(gpus, 1)
         options["vllm_batch_invariant"] = s["vllm_batch_invariant"]
+        options["vllm_enforce_eager"] = s["vllm_enforce_eager"]
+        options["batch_memory_gib"] = s["batch_memory_gib"]  # the KV cache on CPU
     else:
         options.update(kv_reuse_gib=s["kv_reuse_gib"], batch_memory_gib=s["batch_memory_gib"])
         if not s["cuda_graphs"]:  # at the default the command stays that of earlier runs

@@ -10,7 +10,9 @@ a game played with ``hf`` or ``vllm`` sees the same token ids as training.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,3 +224,56 @@ def check_moves_fit(game: Any, tokenizer: Any, min_new_tokens: int, model: str) 
             "is forbidden before the minimum, so such a move could never be played alone "
             "(set selfplay.min_new_tokens: 1)"
         )
+
+
+def cpu_available_bytes() -> int:
+    """MemAvailable, or less where the process's cgroup (v2, or v1 memory) limits it."""
+    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    for limit, used in cgroup_limits():
+        available = min(available, max(limit - used, 0))
+    return available
+
+
+def cgroup_limits(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), fs: Path = Path("/sys/fs/cgroup")
+) -> list[tuple[int, int]]:
+    """(limit, used) of this process's memory cgroup and its ancestors; page cache that
+    can be dropped (inactive_file) does not count as used."""
+    out: list[tuple[int, int]] = []
+    try:
+        lines = proc_cgroup.read_text(encoding="ascii").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # cgroup v2
+            root, names = fs, ("memory.max", "memory.current")
+        elif "memory" in controllers.split(","):  # cgroup v1
+            root = fs / "memory"
+            names = ("memory.limit_in_bytes", "memory.usage_in_bytes")
+        else:
+            continue
+        here = root / path.lstrip("/")
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                limit = (here / names[0]).read_text(encoding="ascii").strip()
+                if limit.isdigit() and int(limit) < 2**60:
+                    used = int((here / names[1]).read_text(encoding="ascii"))
+                    out.append((int(limit), used - _inactive_file(here)))
+            if here == root or root not in here.parents:
+                break
+            here = here.parent
+    return out
+
+
+def _inactive_file(folder: Path) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        for line in (folder / "memory.stat").read_text(encoding="ascii").splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("inactive_file", "total_inactive_file"):
+                return int(value)
+    return 0

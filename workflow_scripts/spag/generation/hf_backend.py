@@ -18,7 +18,6 @@ rounding in float32 on CPU, not on CUDA in bf16 (``spag.generation.base.Backend
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from spag.generation.base import (
     Backend,
     Reply,
     context_budget,
+    cpu_available_bytes,
     stop_token_ids,
 )
 from spag.generation.settings import DTYPES, Sampling, SelfplaySettings
@@ -891,61 +891,8 @@ def default_batch_memory(device, kept_bytes: int) -> int:
         free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         budget = int(0.8 * free)
     else:
-        budget = _cpu_available_bytes() // 2
+        budget = cpu_available_bytes() // 2
     return max(budget - min(kept_bytes, budget // 2), 1)
-
-
-def _cpu_available_bytes() -> int:
-    """MemAvailable, or less where the process's cgroup (v2, or v1 memory) limits it."""
-    available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-    for limit, used in _cgroup_limits():
-        available = min(available, max(limit - used, 0))
-    return available
-
-
-def _cgroup_limits(
-    proc_cgroup: Path = Path("/proc/self/cgroup"), fs: Path = Path("/sys/fs/cgroup")
-) -> list[tuple[int, int]]:
-    """(limit, used) of this process's memory cgroup and its ancestors; page cache that
-    can be dropped (inactive_file) does not count as used."""
-    out: list[tuple[int, int]] = []
-    try:
-        lines = proc_cgroup.read_text(encoding="ascii").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            root, names = fs, ("memory.max", "memory.current")
-        elif "memory" in controllers.split(","):  # cgroup v1
-            root = fs / "memory"
-            names = ("memory.limit_in_bytes", "memory.usage_in_bytes")
-        else:
-            continue
-        here = root / path.lstrip("/")
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                limit = (here / names[0]).read_text(encoding="ascii").strip()
-                if limit.isdigit() and int(limit) < 2**60:
-                    used = int((here / names[1]).read_text(encoding="ascii"))
-                    out.append((int(limit), used - _inactive_file(here)))
-            if here == root or root not in here.parents:
-                break
-            here = here.parent
-    return out
-
-
-def _inactive_file(folder: Path) -> int:
-    with contextlib.suppress(OSError, ValueError):
-        for line in (folder / "memory.stat").read_text(encoding="ascii").splitlines():
-            key, _, value = line.partition(" ")
-            if key in ("inactive_file", "total_inactive_file"):
-                return int(value)
-    return 0
 
 
 def _nbytes(kv: list[tuple]) -> int:

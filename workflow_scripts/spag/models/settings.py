@@ -62,3 +62,10 @@ class TinyModelSettings(Checked):
     intermediate_size: int = opt(192, "MLP size", ge=8)
     num_layers: int = opt(2, "decoder layers", ge=1)
     num_heads: int = opt(4, "attention heads", ge=1)
+    head_dim: int | None = opt(
+        None,
+        "size of an attention head (null: hidden_size / num_heads, 16 by default; vLLM's CPU "
+        "attention takes 32, 64, 80, 96, 112, 128 or more: set 64 to play the tiny model with "
+        "selfplay.backend vllm on CPU)",
+        ge=8,
+    )

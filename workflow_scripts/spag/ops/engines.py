@@ -72,6 +72,10 @@ def load_play_engines(c: PlayConfig, seed: int, game: Any, names: dict[str, str]
             gpu_memory_utilization=share,
             seed=seed,
             batch_invariant=c.vllm_batch_invariant,
+            enforce_eager=c.vllm_enforce_eager,
+            device=device or "cuda",
+            threads=c.threads,
+            batch_memory_gib=c.batch_memory_gib,
         )
     backends = {
         POLICY: (

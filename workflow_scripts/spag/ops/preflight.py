@@ -296,8 +296,8 @@ def _engine_row(plan: FamilyPlan, model_dir: str) -> Row:
     import tempfile
     import time
 
-    spag = shutil.which("spag")
-    command = [spag] if spag else [sys.executable, "-m", "spag"]
+    # This environment's spag (the job may run one named by path, selfplay.vllm_env's).
+    command = [sys.executable, "-m", "spag"]
     with tempfile.TemporaryDirectory(prefix="spag-preflight-") as tmp:
         words = Path(tmp) / "words.txt"
         words.write_text("river\n")
