@@ -15,9 +15,11 @@ games' messages (not their distribution), the same for both sides whatever their
 schedule.
 
 Reported per run: generated tokens/s over the whole shard, the decoding step's
-milliseconds (model forward of one token per row, timed around the forward),
-the share of row-steps that make a token, and prompt tokens computed against
-prompt tokens seen.
+milliseconds (one token per row: the backend's step timed whole, a replayed CUDA
+graph or an eager forward, with CUDA events on a GPU; the steps that captured a
+graph apart; code without that step: its eager forwards), the graphs captured, the
+share of row-steps that make a token, and prompt tokens computed against prompt
+tokens seen.
 
 Usage::
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import os
 import platform
@@ -100,13 +103,61 @@ def worker(args) -> dict:
     if args.stop_lengths:
         lengths = reply_lengths(args.stop_lengths)
         stop_hook(model, backend.eos_ids[0], sum(lengths) / len(lengths))
-    timing = {"decode_s": 0.0, "decode_calls": 0, "prompt_s": 0.0, "prompt_calls": 0}
+    timing = {
+        "decode_s": 0.0, "decode_calls": 0, "prompt_s": 0.0, "prompt_calls": 0,
+        "replayed_steps": 0, "eager_steps": 0, "capture_s": 0.0, "capture_calls": 0,
+    }  # fmt: skip
     forward = model.forward
     cuda = backend.device.type == "cuda"
+    # A decoding step is timed around the slots' step (replayed CUDA graph or eager
+    # forward), where the code has one; the forward timer then sees prompt passes only
+    # (a replay never calls forward: timing forwards would count the capture's warm-ups).
+    slots = getattr(importlib.import_module(type(backend).__module__), "_Slots", None)
+    step = getattr(slots, "_step", None)
+    in_step = [False]
+    pending: list = []  # (kind, start, end) CUDA events, read once the shard has ended
+
+    def timed_step(self, token):
+        captured = self.b.stats.get("graphs_captured", 0)
+        in_step[0] = True
+        try:
+            if cuda:  # events, not a host sync: the replays keep their overlap with the host
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = step(self, token)
+                end.record()
+            else:
+                t0 = time.perf_counter()
+                out = step(self, token)
+                seconds = time.perf_counter() - t0
+        finally:
+            in_step[0] = False
+        # The step that captured (its warm-up, the capture, its first replay) is apart.
+        if self.b.stats.get("graphs_captured", 0) != captured:
+            kind = "capture"
+        else:
+            kind = "replayed" if getattr(self, "graph", None) is not None else "eager"
+        if cuda:
+            pending.append((kind, start, end))
+        else:
+            _count(kind, seconds)
+        return out
+
+    def _count(kind: str, seconds: float) -> None:
+        if kind == "capture":
+            timing["capture_s"] += seconds
+            timing["capture_calls"] += 1
+        else:
+            timing["decode_s"] += seconds
+            timing["decode_calls"] += 1
+            timing[f"{kind}_steps"] += 1
 
     def timed(*a, **kw):
-        # A step being captured as a CUDA graph cannot synchronise; its replays do not
-        # pass through here: decode_s counts the eager steps only.
+        if in_step[0]:
+            return forward(*a, **kw)
+        # Code without a slots' step: its decoding forwards are timed here, but a step
+        # being captured cannot synchronise and replays never come here.
         if cuda and torch.cuda.is_current_stream_capturing():
             return forward(*a, **kw)
         if cuda:
@@ -116,11 +167,16 @@ def worker(args) -> dict:
         if cuda:
             torch.cuda.synchronize()
         one = kw["input_ids"].shape[1] == 1
-        timing["decode_s" if one else "prompt_s"] += time.perf_counter() - start
-        timing["decode_calls" if one else "prompt_calls"] += 1
+        if one:
+            _count("eager", time.perf_counter() - start)
+        else:
+            timing["prompt_s"] += time.perf_counter() - start
+            timing["prompt_calls"] += 1
         return out
 
     model.forward = timed
+    if step is not None:
+        slots._step = timed_step
     specs = selfplay_specs(words, epoch=1, shard_index=0, games_per_word=1)
     sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature)
     start = time.perf_counter()
@@ -134,6 +190,12 @@ def worker(args) -> dict:
         seed=args.seed,
     )
     wall = time.perf_counter() - start
+    if step is not None:
+        slots._step = step
+    if cuda:
+        torch.cuda.synchronize()
+    for kind, begin, end in pending:
+        _count(kind, begin.elapsed_time(end) / 1000)
     generated = sum(sum(g.message_tokens) for g in games)
     stats = backend.stats
     return {
@@ -142,8 +204,15 @@ def worker(args) -> dict:
         "messages": sum(len(g.message_tokens) for g in games),
         "generated_tokens": generated,
         "tokens_per_s": generated / wall,
+        # slots_step: each step timed whole (CUDA events on a GPU); forward: the eager
+        # forwards of code without that step (replayed graphs unseen).
+        "step_timer": "slots_step" if step is not None else "forward",
         "decode_step_ms": 1000 * timing["decode_s"] / max(timing["decode_calls"], 1),
         "decode_steps": timing["decode_calls"],
+        "replayed_steps": timing["replayed_steps"],
+        "eager_steps": timing["eager_steps"],
+        "capture_calls": timing["capture_calls"],
+        "capture_s": timing["capture_s"],
         "prompt_passes": timing["prompt_calls"],
         "prompt_pass_s": timing["prompt_s"],
         "decode_s": timing["decode_s"],
@@ -151,15 +220,19 @@ def worker(args) -> dict:
         "token_share": generated / max(stats["decode_row_steps"], 1),
         "prompt_tokens": stats["prompt_tokens"],
         "prompt_tokens_computed": stats["prompt_tokens_computed"],
-        # Decoding steps captured as CUDA graphs (decode_s and decode_steps count the
-        # eager ones only); None for code before the capture.
+        # CUDA graphs captured (one per call and batch size); None for code before them.
         "graphs_captured": stats.get("graphs_captured"),
+        "cuda_graphs": getattr(backend, "cuda_graphs", None),
         "histories": [[m["content"] for m in g.history] for g in games],
     }
 
 
 def run_side(checkout: Path, argv: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout / "workflow_scripts")}
+    # Prepended: what is there (the carried wheels' folder) stays, behind this checkout.
+    path = os.environ.get("PYTHONPATH")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(checkout / "workflow_scripts"), *([path] if path else [])]
+    )}  # fmt: skip
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     proc = subprocess.run(
@@ -210,9 +283,9 @@ def main(argv: list[str] | None = None) -> int:
         f"Date: {datetime.date.today()}; machine: {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs; load before: {load[0]:.2f}; device: {args.device}",
         "",
-        "| side | tokens/s | decode step ms | row-steps making a token | prompt tokens "
-        "computed / seen | wall s |",
-        "|---|---|---|---|---|---|",
+        "| side | tokens/s | decode step ms | steps replayed / eager, graphs captured "
+        "| row-steps making a token | prompt tokens computed / seen | wall s |",
+        "|---|---|---|---|---|---|---|",
     ]
 
     def spread(values: list[float], fmt: str) -> str:
@@ -225,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(
             f"| {name} | {spread([r['tokens_per_s'] for r in rs], '.1f')} | "
             f"{spread([r['decode_step_ms'] for r in rs], '.2f')} | "
+            f"{rs[0].get('replayed_steps')} / {rs[0].get('eager_steps')}, "
+            f"{rs[0]['graphs_captured']} | "
             f"{rs[0]['token_share']:.1%} ({rs[0]['generated_tokens']}/{rs[0]['row_steps']}) | "
             f"{rs[0]['prompt_tokens_computed']}/{rs[0]['prompt_tokens']} | "
             f"{spread([r['wall_s'] for r in rs], '.1f')} |"

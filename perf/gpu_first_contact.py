@@ -1,11 +1,12 @@
 """The GPU check: what the pipeline's GPU paths do on one card, step by step.
 
-Run through ``perf/gpu_first_contact.sh OUT [--cpu]``, which gives every step its own
-process and time limit. Each step appends one JSON line per measurement to
-``OUT/results.jsonl`` as soon as it has it, so a step that fails or runs out of time
-keeps what came before. Models are random-weight Llamas built here (real weights
-cannot travel to a node without internet): ``big`` (about 0.85B parameters, grouped
-queries, a 32k vocabulary) and ``small`` (about 30M) for CPU-vs-GPU agreement.
+Run through ``GFC_CALL=N perf/gpu_first_contact.sh OUT [--cpu]``, which gives every step
+its own process and time limit, in calls of at most 8 minutes (the script's top). Each
+step appends one JSON line per measurement to ``OUT/results.jsonl`` as soon as it has
+it, so a step that fails or runs out of time keeps what came before. Models are
+random-weight Llamas built here (real weights cannot travel to a node without
+internet): ``big`` (about 0.85B parameters, grouped queries, a 32k vocabulary) and
+``small`` (about 30M) for CPU-vs-GPU agreement.
 ``--cpu`` runs every step at toy sizes on the CPU (the test's mode).
 
 Steps:
@@ -15,8 +16,11 @@ Steps:
   (``.to(cuda)``) against ``device_map`` (straight to the card);
 - ``generation``: the ``hf`` backend's tokens/s at batch 1, 8, 32, 128 on the same
   games, peak memory per row against the slot and prompt-pass estimate
-  (:class:`spag.generation.hf_backend.RowMemory`), and the
+  (:class:`spag.generation.hf_backend.RowMemory`), the CUDA graphs captured, and the
   sampler's cost per decode step (one random kernel per row against one per batch);
+- ``graphs``: greedy replies with decoding steps replayed from CUDA graphs against
+  eager steps, same prompts: replies equal, the first difference (on the CPU the same
+  path, all eager, recorded as not applicable);
 - ``selfplay``: self-play-shaped decoding (``perf/bench_selfplay_decoding.py``: Taboo
   self-play of the big model, several turns a game, replies stopped at the committed
   SmolLM2 games' mean length) at batch 128 and batch 1, the code of ``GFC_BEFORE``
@@ -30,8 +34,8 @@ Steps:
   reference scores (fp32, ZeRO-3 bf16, autocast bf16, ZeRO-3 with CPU offload) and
   for LoRA (alone and under ZeRO-3, with and without activation checkpointing): step
   time, peak memory against ``spag training-memory``'s estimate, the first step's
-  ratio and KL;
-- ``shape7b_*`` (the sh runs them where ``GFC_STEPS`` names ``shape7b``): LLaMA-2-7B's
+  ratio and KL (it scores the samples itself where ``scoring`` did not run);
+- ``shape7b_*`` (calls 4 and 5, or ``GFC_STEPS`` naming ``shape7b``): LLaMA-2-7B's
   configuration with random weights, built on the card in bf16 (``shape7b_build``);
   self-play at the slots the backend's sizing picks (``shape7b_generate``); packed bf16
   scoring of samples up to 2,048 tokens (``shape7b_score``); training at the paper's
@@ -54,6 +58,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -396,6 +401,8 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
             estimate_bytes_per_row=estimate,
             kv_bytes_per_token=backend._memory.kv_bytes_per_token,
             estimate_over_peak=None if not peak else round(estimate * min(batch, count) / peak, 3),
+            cuda_graphs=backend.cuda_graphs,
+            graphs_captured=backend.stats["graphs_captured"] - before["graphs_captured"],
         )
 
     # The sampler alone at the largest batch: a draw per row and step (one kernel each),
@@ -429,8 +436,85 @@ def step_generation(args: argparse.Namespace, rec: Recorder) -> None:
         )
 
 
-def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
+def _token_replies(backend):
+    """Replies as their token ids, not text: ids of the padded vocabulary rows decode to
+    nothing, so texts could agree where the tokens differ."""
     from spag.generation.base import Reply
+
+    backend._reply = lambda tokens, truncated: Reply(
+        text=" ".join(map(str, tokens)), num_tokens=len(tokens),
+        finished_by_eos=False, prompt_truncated=truncated,
+    )  # fmt: skip
+    return backend
+
+
+def _first_difference(a: list, b: list) -> dict | None:
+    """Where two runs' token-id replies first differ: the game and the token."""
+    for game, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x.text != y.text:
+            xs, ys = x.text.split(), y.text.split()
+            pairs = enumerate(zip(xs, ys, strict=False))  # a reply may be shorter
+            at = next((i for i, (u, v) in pairs if u != v), min(len(xs), len(ys)))
+            return {"game": game, "token": at, "lengths": [len(xs), len(ys)]}
+    return None
+
+
+def step_graphs(args: argparse.Namespace, rec: Recorder) -> None:
+    """Greedy replies with the decoding step replayed from CUDA graphs against eager steps,
+    on the same prompts and model, and eager again (run-to-run noise). On the CPU the
+    same path runs, every side eager: the row says it does not apply."""
+    from spag.generation.hf_backend import GRAPH_MIN_STEPS
+    from spag.generation.settings import Sampling
+
+    sizes, device = args.sizes, _device(args.cpu)
+    # 32 games on a card: fp32's three prompt passes stay a few seconds.
+    games = _prompts(sizes, min(32, max(sizes.batches)))
+    ids = [f"g{i}" for i in range(len(games))]
+    sampling = Sampling(max_new_tokens=sizes.max_new_tokens, temperature=0.0)
+    applicable = device == "cuda" and sizes.max_new_tokens >= GRAPH_MIN_STEPS
+    for dtype in ("float32",) if args.cpu else ("float32", "bfloat16"):
+        backend = _token_replies(_backend(args, "big", dtype, len(games)))
+        replies, captured = {}, {}
+        for side, graphs in (("eager", False), ("graphs", True), ("eager_again", False)):
+            backend.cuda_graphs = graphs  # read by each generate call's slots
+            before = backend.stats["graphs_captured"]
+            start = time.perf_counter()
+            replies[side] = backend.generate(games, sampling, seed=0, game_ids=ids)
+            _sync(device)
+            captured[side] = (
+                backend.stats["graphs_captured"] - before,
+                time.perf_counter() - start,
+            )
+        eager, graphs, again = replies["eager"], replies["graphs"], replies["eager_again"]
+        rec(
+            "graphs_vs_eager",
+            # On CUDA without a capture the comparison measured nothing: a failed row.
+            ok=not applicable or captured["graphs"][0] > 0,
+            applicable=applicable,
+            note=None if applicable else "CUDA graphs are CUDA only: every side ran eager",
+            model="big",
+            dtype=dtype,
+            mode="greedy",
+            games=len(games),
+            batch=len(games),
+            max_new_tokens=sizes.max_new_tokens,
+            graphs_captured=captured["graphs"][0],
+            eager_graphs_captured=captured["eager"][0] + captured["eager_again"][0],
+            tokens=[sum(r.num_tokens for r in replies[k]) for k in ("eager", "graphs")],
+            equal_replies=sum(a.text == b.text for a, b in zip(eager, graphs, strict=True)),
+            first_difference=_first_difference(eager, graphs),
+            eager_repeat_equal=sum(a.text == b.text for a, b in zip(eager, again, strict=True)),
+            eager_repeat_first_difference=_first_difference(eager, again),
+            seconds={k: round(v[1], 3) for k, v in captured.items()},
+        )
+        del backend
+        if device == "cuda":
+            import torch
+
+            torch.cuda.empty_cache()
+
+
+def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
     from spag.generation.settings import Sampling
 
     sizes = args.sizes
@@ -439,17 +523,12 @@ def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
     dtypes = ("float32",) if args.cpu else ("float32", "bfloat16")
     for model in ("small", "big"):
         for dtype in dtypes:
-            backend = _backend(args, model, dtype, 1)
-            # Compare token ids, not text: ids of the padded vocabulary rows decode to
-            # nothing, so texts could agree where the tokens differ.
-            backend._reply = lambda tokens, truncated: Reply(
-                text=" ".join(map(str, tokens)), num_tokens=len(tokens),
-                finished_by_eos=False, prompt_truncated=truncated,
-            )  # fmt: skip
+            backend = _token_replies(_backend(args, model, dtype, 1))
             for mode in ("greedy", "seeded"):
                 greedy = {"temperature": 0.0} if mode == "greedy" else {}
                 sampling = Sampling(max_new_tokens=sizes.max_new_tokens, **greedy)
                 replies = {}
+                captured = backend.stats["graphs_captured"]
                 for batch in (1, len(games)):
                     backend.batch_size = batch
                     replies[batch] = backend.generate(games, sampling, seed=7, game_ids=ids)
@@ -465,6 +544,8 @@ def step_invariance(args: argparse.Namespace, rec: Recorder) -> None:
                     differing_lengths=sum(
                         a.num_tokens != b.num_tokens for a, b in zip(one, many, strict=True)
                     ),
+                    cuda_graphs=backend.cuda_graphs,
+                    graphs_captured=backend.stats["graphs_captured"] - captured,
                 )
             del backend
 
@@ -507,12 +588,29 @@ def _features(model_dir: Path, samples: Path, max_length: int):
     return features, pad_token_id(tokenizer)
 
 
+def _score_samples(args: argparse.Namespace, rec: Recorder, dtype: str) -> Path:
+    """The scored file training reads (packed, as training's padding_free default)."""
+    from spag.training.scoring import score_file
+
+    sizes = args.sizes
+    samples = args.work / "samples.parquet"
+    if not samples.exists():
+        _samples(samples, sizes.samples, sizes.max_length)
+    scored = args.work / f"scored_{dtype}.parquet"
+    start = time.perf_counter()
+    score_file(args.work / "big", samples, scored, batch_size=sizes.score_batch,
+               max_length=sizes.max_length, dtype=dtype, prompt_format="raw",
+               device=_device(args.cpu), padding_free=True)  # fmt: skip
+    rec("score_file", model="big", dtype=dtype, seconds=round(time.perf_counter() - start, 2))
+    return scored
+
+
 def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from spag.training.packing import use_packed_attention
-    from spag.training.scoring import load_model_and_tokenizer, score_features, score_file
+    from spag.training.scoring import load_model_and_tokenizer, score_features
 
     # Explicit kernel sets: the pipeline leaves cuDNN's out in CUDA processes
     # (spag.ops.device.use_unplanned_attention, e.g. through score_file below), so
@@ -552,12 +650,7 @@ def step_scoring(args: argparse.Namespace, rec: Recorder) -> None:
         del model
         if device == "cuda":
             torch.cuda.empty_cache()
-        # The scored files training reads (packed, as training's padding_free default).
-        start = time.perf_counter()
-        score_file(args.work / "big", samples, args.work / f"scored_{dtype}.parquet",
-                   batch_size=sizes.score_batch, max_length=sizes.max_length, dtype=dtype,
-                   prompt_format="raw", device=device, padding_free=True)  # fmt: skip
-        rec("score_file", model="big", dtype=dtype, seconds=round(time.perf_counter() - start, 2))
+        _score_samples(args, rec, dtype)
 
     # Agreement: the small model's sequence log-probs on this device against the CPU's.
     small = args.work / "small"
@@ -640,7 +733,6 @@ PAIRINGS = (
     ("zero3_bf16_fp32_grads", ["--bf16", "--deepspeed", "zero3_fp32_grads"], "bfloat16"),
     ("autocast_bf16_fp32_scores", ["--bf16"], "float32"),
     ("zero3_bf16_fp32_scores", ["--bf16", "--deepspeed", "zero3"], "float32"),
-    ("zero3_offload_bf16", ["--bf16", "--deepspeed", "zero3_offload"], "bfloat16"),
     # LoRA as configs/paper-llama2-7b-lora.yaml sets it, on a bf16 frozen base: alone,
     # and under ZeRO-3, each with and without activation checkpointing.
     ("lora_bf16", ["--bf16", *LORA], "bfloat16"),
@@ -651,6 +743,8 @@ PAIRINGS = (
         ["--bf16", "--deepspeed", "zero3", "--activation-checkpointing", *LORA],
         "bfloat16",
     ),
+    # Last: its CPU Adam build (55 s in run 1) may meet the step's limit, cutting no other.
+    ("zero3_offload_bf16", ["--bf16", "--deepspeed", "zero3_offload"], "bfloat16"),
 )
 CPU_PAIRINGS = (
     ("fp32", [], "float32"),
@@ -665,6 +759,10 @@ def step_training(args: argparse.Namespace, rec: Recorder) -> None:
     pairings = CPU_PAIRINGS if args.cpu else PAIRINGS
     if args.pairings:
         pairings = [p for p in pairings if p[0] in args.pairings]
+    # A call without the scoring step (a fresh node) scores here what training reads.
+    for scores in sorted({p[2] for p in pairings}):
+        if not (args.work / f"scored_{scores}.parquet").exists():
+            _score_samples(args, rec, scores)
     for name, flags, scores in pairings:
         cmd = [
             sys.executable, __file__, "train-one", "--out", str(args.out), "--work", str(args.work),
@@ -769,14 +867,15 @@ class _StepProfile:
         key = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
         table = prof.key_averages().table(sort_by=key, row_limit=30)
         (self.out / f"profile_{self.name}.txt").write_text(table + "\n")
-        trace = self.out / f".trace_{self.name}.json"
+        # The raw trace outside OUT: a step killed here leaves no stray file to bring back.
+        trace = Path(tempfile.mkdtemp()) / f"trace_{self.name}.json"
         prof.export_chrome_trace(str(trace))
         with (
             trace.open("rb") as src,
             gzip.open(self.out / f"trace_{self.name}.json.gz", "wb") as dst,
         ):
             shutil.copyfileobj(src, dst)
-        trace.unlink()
+        shutil.rmtree(trace.parent)
 
 
 def _host_peak_bytes() -> int:
@@ -922,7 +1021,9 @@ def step_selfplay(args: argparse.Namespace, rec: Recorder) -> None:
     before = os.environ.get("GFC_BEFORE")
     lengths = sorted(str(p) for p in (REPO / "perf/results/smollm2/seed42/games").glob("*.parquet"))
     for batch, games in ((max(sizes.batches), max(sizes.batches)), (1, sizes.batch1_games)):
-        out = args.out / f"selfplay_decoding_batch{batch}.md"
+        # Its tables stay in WORK (OUT brings back 8 files a call): rows to results.jsonl,
+        # the Markdown table to the log.
+        out = args.work / f"selfplay_decoding_batch{batch}.md"
         cmd = [
             sys.executable, str(REPO / "perf/bench_selfplay_decoding.py"),
             "--model", str(args.work / "big"), "--device", _device(args.cpu),
@@ -938,6 +1039,7 @@ def step_selfplay(args: argparse.Namespace, rec: Recorder) -> None:
         if proc.returncode != 0:
             rec("selfplay", batch=batch, ok=False, error=proc.stderr[-2000:])
             continue
+        print(out.read_text(), flush=True)
         runs = json.loads(out.with_suffix(".json").read_text())
         for side, results in runs.items():
             for r in results:
@@ -1031,8 +1133,8 @@ def step_shape7b_generate(args: argparse.Namespace, rec: Recorder) -> None:
     """Taboo self-play of the 7B shape (perf/bench_selfplay_decoding.py's worker, in this
     process) with as many slots as the backend's sizing (``RowMemory``) fits, at most
     ``games``: each generate call's slots recorded as chosen, then the shard's figures.
-    Decoding steps are captured as CUDA graphs as in a shard (the worker's stop hook and
-    step timer stay out of the way of a capture; its ``decode_s`` counts eager steps only)."""
+    Decoding steps are captured as CUDA graphs as in a shard (the worker's stop hook stays
+    capturable; its step timer times each replayed or eager step, captures apart)."""
     sys.path.insert(0, str(REPO / "perf"))
     from bench_selfplay_decoding import worker
 
@@ -1056,6 +1158,7 @@ def step_shape7b_generate(args: argparse.Namespace, rec: Recorder) -> None:
         return rows, pass_rows
 
     def timed(self, prompts, sampling, seeds, game_ids):
+        captured = self.stats["graphs_captured"]
         _sync(device)
         start = time.perf_counter()
         replies = draw(self, prompts, sampling, seeds, game_ids)
@@ -1063,7 +1166,9 @@ def step_shape7b_generate(args: argparse.Namespace, rec: Recorder) -> None:
         seconds = time.perf_counter() - start
         tokens = sum(r.num_tokens for r in replies)
         rec("call", prompts=len(prompts), seconds=round(seconds, 3), new_tokens=tokens,
-            tokens_per_s=round(tokens / seconds, 1), sizing=sizing[-1] if sizing else None)  # fmt: skip
+            tokens_per_s=round(tokens / seconds, 1), sizing=sizing[-1] if sizing else None,
+            cuda_graphs=self.cuda_graphs,
+            graphs_captured=self.stats["graphs_captured"] - captured)  # fmt: skip
         return replies
 
     HFBackend.batch_rows, HFBackend.draw = sized, timed
@@ -1194,6 +1299,7 @@ STEPS = {
     "env": step_env,
     "models": step_models,
     "generation": step_generation,
+    "graphs": step_graphs,
     "selfplay": step_selfplay,
     "invariance": step_invariance,
     "scoring": step_scoring,

@@ -4,7 +4,9 @@
 # pyarrow), fetched here into .whl/ (ignored by git) for a node without internet:
 # transformers 5.23 (5.17's TrainingArguments lacks activation_checkpointing), DeepSpeed
 # 0.19.8 (a pure-Python wheel built from its sdist, no ops compiled) and its pydantic,
-# peft 0.21.2 (the node's own is of another release). About 19 MB in all. Versions as pyproject.toml pins them (and as .venv resolved).
+# peft 0.21.2 (the node's own is of another release). About 19 MB in all. Versions as
+# pyproject.toml pins them (and as .venv resolved). Not wordfreq (57 MB of data): the
+# check's self-play words are a fixed list (perf/bench_selfplay.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
