@@ -54,11 +54,13 @@ SHARED_UNITS = {
     "test_real_model.py": "smollm2",
     "test_rendering.py": "smollm2",
     "test_vllm_env.py": "smollm2",
+    "test_vllm_parity.py": "smollm2",
 }
 LONGEST_FIRST = [
     "slurm",
     "test_kuhn_poker_learning.py",
     "test_real_model_e2e.py",
+    "test_vllm_workflow.py",
     "tiny_run",
     "smollm2",
     "test_conda_envs.py",

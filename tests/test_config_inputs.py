@@ -192,3 +192,36 @@ def test_a_coefficient_the_objective_has_not_is_refused():
     # a validated config (every default filled) validates again
     config = validate_config({"imitation": {"kl_coeff": 0.05}})
     validate_config(config)
+
+
+def test_a_head_size_vllms_cpu_attention_refuses_is_refused_before_any_job():
+    """The embedded tiny model's heads of 16 on vLLM's CPU build would fail in the first
+    self-play shard, after imitation: refused now, naming the key to set."""
+    vllm = {"backend": "vllm"}
+    with pytest.raises(SpagInputError, match=r"base_model\.tiny\.head_dim") as err:
+        check_run_inputs(_config(selfplay=vllm))
+    assert "resources.selfplay.gpus is 0" in str(err.value) and "16" in str(err.value)
+    tiny = {**BASE["base_model"]["tiny"], "head_dim": 64}
+    check_run_inputs(_config(selfplay=vllm, base_model={"name_or_path": "tiny", "tiny": tiny}))
+    # On GPUs the CPU attention's sizes do not apply (the GPU kernels take 16).
+    gpus = {**BASE["resources"]["selfplay"], "gpus": 1}
+    check_run_inputs(_config(selfplay=vllm, resources={
+        **BASE["resources"], "selfplay": gpus,
+        "evaluate": {**BASE["resources"]["evaluate"], "gpus": 1},
+    }))  # fmt: skip
+    check_run_inputs(_config())  # the hf backend takes any head size
+
+
+def test_a_vllm_env_without_vllm_is_named(tmp_path):
+    from spag.config import check_backend_available
+
+    cfg = _config(selfplay={"backend": "vllm", "vllm_env": str(tmp_path)})
+    with pytest.raises(SpagInputError, match=r"selfplay\.vllm_env.*no bin/spag"):
+        check_backend_available(cfg, env_per_rule=False)
+    # This environment has spag and python but no vLLM.
+    import sys
+    from pathlib import Path
+
+    cfg["selfplay"]["vllm_env"] = str(Path(sys.executable).parent.parent)
+    with pytest.raises(SpagInputError, match=r"selfplay\.vllm_env.*cannot import vllm"):
+        check_backend_available(cfg, env_per_rule=False)

@@ -168,3 +168,41 @@ def test_a_device_the_build_cannot_run_on_is_named(engine, model64):
             seed=0,
             device="cuda",
         )
+
+
+@pytest.mark.parametrize(
+    ("threads", "allowed", "set_by_user", "expected"),
+    [
+        (None, {0, 1}, None, {}),  # no --threads: vLLM's own binding
+        (2, {2, 3}, None, {"VLLM_CPU_OMP_THREADS_BIND": "2,3"}),  # the job's cgroup
+        (1, {0, 1}, None, {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "1"}),
+        (1, {0, 1}, "0", {}),  # the user's binding stands
+    ],
+)
+def test_the_engines_threads_sit_on_the_jobs_cores(
+    monkeypatch, threads, allowed, set_by_user, expected
+):
+    """Bound to the job's CPUs where the process may run on exactly that many; unbound
+    threads of that number where it shares a machine's cores with other jobs."""
+    import os
+
+    from spag.generation.vllm_backend import cpu_thread_binding
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: allowed)
+    environ = {"VLLM_CPU_OMP_THREADS_BIND": set_by_user} if set_by_user else {}
+    assert cpu_thread_binding(threads, environ) == expected
+
+
+def test_the_cpu_engines_kv_cache_holds_the_batch_at_full_length(tmp_path):
+    import json
+
+    from spag.generation.vllm_backend import cpu_kv_cache_bytes
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 32, "head_dim": 64,
+        "num_hidden_layers": 3,
+    }))  # fmt: skip
+    per_token = 2 * 3 * 2 * 64 * 4  # keys and values, layers, KV heads, head size, float32
+    assert cpu_kv_cache_bytes(tmp_path, "auto", None, 8, 512) == per_token * 512 * 8
+    assert cpu_kv_cache_bytes(tmp_path, "bfloat16", None, 8, 512) == per_token * 512 * 8 // 2
+    assert cpu_kv_cache_bytes(tmp_path, "auto", 0.5, 8, 512) == 2**29  # batch_memory_gib
