@@ -11,9 +11,10 @@ prompts in the chat format (both roles, several turns) through each backend's ow
   same distribution over N replies each (the prompts x seeds drawn per game), by three
   tests at ``ALPHA`` each: reply lengths (Mann-Whitney U), first tokens (chi-square test
   of homogeneity, tokens seen fewer than 5 times in both pooled), the share ending at a
-  stop token (Fisher's exact test). A knob that meant another thing in one engine
-  (temperature 1 instead of 0.7, no top-k, no minimum, another stop token) moves at
-  least one of them far below ``ALPHA`` at this N (perf/results/vllm_cpu.md).
+  stop token (Fisher's exact test). Their power is low: vLLM at temperature 1.0, or
+  without top-k, against hf at the test's settings still gave p > 0.1 on all three at
+  this N (perf/results/vllm_parity_power.md); the greedy test is the one that holds the
+  engines' logits and masking to each other.
 """
 
 from __future__ import annotations
