@@ -48,6 +48,7 @@ include: "rules/spag.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
 include: "rules/preflight.smk"
+include: "rules/calibrate.smk"
 
 
 report: "report/workflow.rst"

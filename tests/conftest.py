@@ -49,6 +49,7 @@ SHARED_UNITS = {
     "test_slurm_two_node.py": "slurm",
     "test_report.py": "tiny_run",  # the session's tiny run, built once
     "test_workflow_e2e.py": "tiny_run",
+    "test_calibration.py": "tiny_run",
     "test_hints.py": "smollm2",  # SmolLM2 converted once
     "test_endpoint_server.py": "smollm2",
     "test_real_model.py": "smollm2",
@@ -58,11 +59,11 @@ SHARED_UNITS = {
 }
 LONGEST_FIRST = [
     "slurm",
-    "test_kuhn_poker_learning.py",
-    "test_real_model_e2e.py",
-    "test_vllm_workflow.py",
     "tiny_run",
     "smollm2",
+    "test_vllm_workflow.py",
+    "test_kuhn_poker_learning.py",
+    "test_real_model_e2e.py",
     "test_conda_envs.py",
     "test_gpu_first_contact.py",
     "test_extensions.py",

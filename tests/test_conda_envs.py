@@ -48,7 +48,7 @@ VLLM_ENV_HF = {
     "transformers": "5.20.2",
     "tokenizers": "0.23.3",
     "safetensors": "0.8.0",
-    "huggingface-hub": "2.4.0",
+    "huggingface-hub": "2.5.0",
     "numpy": "2.3.5",
 }
 # vLLM 0.33.0 requires certifi>=2026.10.19. Where the index has no such release (the one
@@ -222,6 +222,8 @@ def test_envs_install_the_project_from_where_snakemake_puts_them(tmp_path, place
         cmd = [
             sys.executable, "-m", "snakemake", "--sdm", "conda", "--conda-create-envs-only",
             "--cores", "1", *args, "--config", f"selfplay={{'backend': '{backend}'}}",
+            # heads vLLM's CPU attention takes: the embedded default plays on the CPU
+            "base_model={'tiny': {'head_dim': 64}}",
         ]  # fmt: skip
         records += _run_with_standin(
             tmp_path, cmd, work, "--no-deps --no-index --no-build-isolation", timeout=300
@@ -399,7 +401,8 @@ def test_cuda_build_picks_the_gpu_envs_and_leaves_the_light_one(tmp_path):
     env = {"PATH": f"{STANDIN.parent}{os.pathsep}{os.environ['PATH']}"}
     listed = {}
     for build in ("cu13", "cu12"):
-        config = {"cuda_build": build, "selfplay": {"backend": "vllm"}}
+        config = {"cuda_build": build, "selfplay": {"backend": "vllm"},
+                  "base_model": {"tiny": {"head_dim": 64}}}  # fmt: skip
         res = snakemake(wd, "spag_epoch1", "-n", "--sdm", "conda", "--list-conda-envs",
                         config=config, env=env)  # fmt: skip
         assert res.returncode == 0, res.stderr[-2000:]

@@ -81,6 +81,11 @@ def test_gpu_names_map_to_datasheet_rows(name, memory, card):
     assert card_family(name, memory) == card
 
 
+def _estimate(folder, args: list[str]) -> int:
+    """``spag estimate`` run from ``folder`` (no run there: the committed throughputs)."""
+    return main(["estimate", "--directory", str(folder), "--configfile", *args])
+
+
 def _paper_config(*extra: str) -> dict:
     config, given = read_config_files([*PAPER, *extra])
     return validate_config(config, given=given)
@@ -104,7 +109,7 @@ def test_the_command_on_the_paper_config(tmp_path, capsys):
     model.write_text(json.dumps(LLAMA2_7B))
     zero3 = tmp_path / "zero3.yaml"
     zero3.write_text("spag: {deepspeed: zero3}\n")
-    assert main(["estimate", "--configfile", *PAPER, str(zero3), "--model", str(model),
+    assert _estimate(tmp_path, [*PAPER, str(zero3), "--model", str(model),
                  "--card", "H100-80GB", "--gpus-per-node", "8"]) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "one epoch: 6.74B parameters" in out and "1 node(s) x 8 H100-80GB" in out
@@ -129,11 +134,11 @@ def test_the_command_on_the_paper_config(tmp_path, capsys):
 def test_the_paper_config_as_given_says_what_is_unmeasured(tmp_path, capsys):
     model = tmp_path / "config.json"
     model.write_text(json.dumps(LLAMA2_7B))
-    assert main(["estimate", "--configfile", *PAPER, "--model", str(model),
-                 "--card", "MI300X"]) == 0  # fmt: skip
-    out = capsys.readouterr().out
-    assert "no figures for card MI300X" in out and "epoch: no total" in out
-    assert main(["estimate", "--configfile", *PAPER, "--model", str(model),
+    assert _estimate(tmp_path, [*PAPER, "--model", str(model),
+                 "--card", "MI300X"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--card MI300X: no datasheet row (H200, H100-80GB" in err and "nvidia-smi" in err
+    assert _estimate(tmp_path, [*PAPER, "--model", str(model),
                  "--card", "H100-80GB"]) == 0  # fmt: skip
     out = capsys.readouterr().out  # ZeRO-3 with CPU offload, never timed
     assert "no measurement of train_full_offload on any card" in out
@@ -145,16 +150,16 @@ def test_bad_input_is_named(tmp_path, capsys):
     model.write_text(json.dumps(LLAMA2_7B))
     bad = tmp_path / "bad.yaml"
     bad.write_text("selfplay: {max_new_tokens: 0}\n")
-    assert main(["estimate", "--configfile", *PAPER, str(bad), "--model", str(model),
+    assert _estimate(tmp_path, [*PAPER, str(bad), "--model", str(model),
                  "--card", "H200"]) == 2  # fmt: skip
     assert "selfplay.max_new_tokens" in capsys.readouterr().err
-    assert main(["estimate", "--configfile", *PAPER, "--model", str(model), "--card", "H200",
+    assert _estimate(tmp_path, [*PAPER, "--model", str(model), "--card", "H200",
                  "--reply-tokens", "300"]) == 2  # fmt: skip
     assert "--reply-tokens 300 must be above 0 and at most selfplay.max_new_tokens (256)" in (
         capsys.readouterr().err
     )
     # The paper's hub model is not downloaded here: no guess at its size.
-    assert main(["estimate", "--configfile", *PAPER, "--card", "H200"]) == 2
+    assert _estimate(tmp_path, [*PAPER, "--card", "H200"]) == 2
     assert "give --model" in capsys.readouterr().err
 
 

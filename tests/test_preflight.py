@@ -170,7 +170,9 @@ def test_a_gguf_base_model_is_converted_by_the_run(tmp_path):
 
 # A stand-in `vllm` package for the preflight's engine start, which runs `spag play` in a
 # fresh process as a shard job does: importable there through PYTHONPATH. Its engine
-# fails as vLLM's does when SPAG_STANDIN_ENGINE_FAILS is set.
+# fails as vLLM's does when SPAG_STANDIN_ENGINE_FAILS is set. A stand-in because a real
+# engine neither records the process and batch it was started with nor fails on demand
+# (the real CPU engine: tests/test_vllm_backend.py, tests/test_vllm_workflow.py).
 STANDIN_VLLM = """
 import os
 import types
@@ -204,6 +206,10 @@ def standin_vllm(tmp_path, monkeypatch):
     folder = tmp_path / "standin"
     (folder / "vllm").mkdir(parents=True)
     (folder / "vllm" / "__init__.py").write_text(STANDIN_VLLM)
+    # The platform the backend checks before it starts an engine: the CPU build's.
+    (folder / "vllm" / "platforms.py").write_text(
+        "import types\ncurrent_platform = types.SimpleNamespace(is_cpu=lambda: True)\n"
+    )
     record = tmp_path / "engines.txt"
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])

@@ -410,7 +410,9 @@ def test_vllm_engines_take_their_configured_memory(workdir):
     env = {"PATH": f"{STANDIN_CONDA}{os.pathsep}{os.environ['PATH']}"}
     res = snakemake(
         workdir, "spag_epoch1", "-n", "-p", "--sdm", "conda",
-        config={"selfplay": {"backend": "vllm", "gpu_memory_utilization": 0.8},
+        # heads of 64: the embedded default plays on the CPU, whose attention refuses 16
+        config={"base_model": {"tiny": {"head_dim": 64}},
+                "selfplay": {"backend": "vllm", "gpu_memory_utilization": 0.8},
                 "evaluation": {"gpu_memory_utilization": 0.5,
                                "opponent_gpu_memory_utilization": 0.3}},
         env=env,
@@ -442,7 +444,7 @@ def test_an_endpoint_opponent_leaves_the_gpu_to_the_model(workdir):
     env = {"PATH": f"{STANDIN_CONDA}{os.pathsep}{os.environ['PATH']}"}
     res = snakemake(
         workdir, "spag_epoch1", "-n", "--sdm", "conda",
-        config={"selfplay": {"backend": "vllm"},
+        config={"base_model": {"tiny": {"head_dim": 64}}, "selfplay": {"backend": "vllm"},
                 "evaluation": {"opponent": "openai:http://127.0.0.1:9/v1?model=m",
                                "gpu_memory_utilization": 0.9}},
         env=env,

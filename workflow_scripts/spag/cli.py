@@ -54,7 +54,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight-report": ("preflight_report", "print the preflight table of every family"),
     "engine-capacity": ("engine_capacity", "games a vLLM engine holds at once, per GPU family"),
     "training-memory": ("training_memory", "a training job's memory per GPU: full and LoRA"),
-    "estimate": ("estimate", "an epoch's GPU-hours per rule family and wall time, before it runs"),
+    "calibration-samples": ("calibration_samples", "a seeded sample of rows (calibration)"),
+    "calibration-report": ("calibration_report", "the calibration's figures, a file a family"),
+    "estimate": ("estimate", "a target's time per rule and GPU-hours, from measured figures"),
     "gpu-lease": ("gpu_lease", "lease N of this machine's GPUs, then run a command on them"),
 }
 

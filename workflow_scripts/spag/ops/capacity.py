@@ -135,16 +135,26 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     return config.get("text_config", config) if "num_hidden_layers" not in config else config
 
 
-def read_model(path: str | Path) -> tuple[dict[str, Any], int | None]:
+def read_model(path: str | Path, flag: str = "--model") -> tuple[dict[str, Any], int | None]:
     """A model folder's (or a ``config.json``'s) config and parameter count (None where
-    unknown), refused naming the file where it is not a decoder these estimates know."""
+    unknown), refused in one sentence naming ``flag`` where there is none to read, or
+    naming the file where it is not a decoder these estimates know."""
     from spag.errors import SpagInputError
 
     path = Path(path)
-    if path.is_file():
-        config, parameters = text_config(json.loads(path.read_text())), None
-    else:
-        config, parameters = model_config(path)
+    if not path.exists():
+        raise SpagInputError(f"{flag} {path}: no such folder or file (give a model folder "
+                             "or its config.json)")  # fmt: skip
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise SpagInputError(f"{flag} {path}: the folder has no config.json (give a model "
+                             "folder or its config.json)")  # fmt: skip
+    try:
+        if path.is_file():
+            config, parameters = text_config(json.loads(path.read_text())), None
+        else:
+            config, parameters = model_config(path)
+    except (OSError, ValueError) as exc:
+        raise SpagInputError(f"{flag} {path}: unreadable ({exc})") from None
     missing = [k for k in NEEDED_KEYS if k not in config]
     if missing:
         raise SpagInputError(

@@ -200,7 +200,7 @@ class Shape:
     """What an epoch's token counts are made of (upper bounds from the config)."""
 
     games: int
-    messages: int  # per game
+    messages: float  # per game
     reply_tokens: float
     prompt_tokens: float
     game_samples: int
@@ -218,8 +218,11 @@ def _text_tokens(texts: list[str]) -> float:
     return sum(len(t) for t in texts) / CHARS_PER_TOKEN
 
 
-def epoch_shape(config: dict[str, Any], reply_tokens: float | None = None) -> Shape:
-    """The token counts of one epoch of a validated config (see the module's note)."""
+def epoch_shape(
+    config: dict[str, Any], reply_tokens: float | None = None, messages: float | None = None
+) -> Shape:
+    """The token counts of one epoch of a validated config (see the module's note);
+    ``reply_tokens`` and ``messages`` a game where measured, else the caps."""
     from spag.config import num_secrets
     from spag.game.base import load_game
 
@@ -227,7 +230,9 @@ def epoch_shape(config: dict[str, Any], reply_tokens: float | None = None) -> Sh
     turns = config["game"]["max_turns"]
     sp = config["selfplay"]
     games = num_secrets(config, "train") * sp["games_per_secret"]
-    messages = 2 * turns
+    messages = float(messages) if messages else 2 * turns
+    if not 0 < messages <= 2 * turns:
+        raise SpagInputError(f"{messages:g} messages a game: at most 2 x game.max_turns")
     reply = float(reply_tokens if reply_tokens is not None else sp["max_new_tokens"])
     if not 0 < reply <= sp["max_new_tokens"]:
         raise SpagInputError(
@@ -243,7 +248,7 @@ def epoch_shape(config: dict[str, Any], reply_tokens: float | None = None) -> Sh
     # The winner's messages among the first 2T (both roles' where the scheme trains the
     # loser too); a sample's query is the dialogue before it: on average half of it.
     both = config["rewards"]["scheme"] != "winners"
-    game_samples = games * (messages if both else turns)
+    game_samples = round(games * (messages if both else messages / 2))
     sample_tokens = min(prompt + (messages / 2 + 0.5) * reply, config["spag"]["max_length"])
     sft_rows = sft_tokens = None
     sft_path = config["data"]["sft"]
@@ -290,7 +295,7 @@ def epoch_work(config: dict[str, Any], shape: Shape, research_code: int = 0) -> 
     if research_code:
         # Message k's prompt: the rules and the k - 1 messages before it, computed anew.
         prefill = shape.games * sum(
-            shape.prompt_tokens + k * shape.reply_tokens for k in range(shape.messages)
+            shape.prompt_tokens + k * shape.reply_tokens for k in range(round(shape.messages))
         )
         play = Work("selfplay", research_code, 1, {"decode_batch1": decode, "forward": prefill},
                     note="one game at a time on each GPU")  # fmt: skip
@@ -397,6 +402,25 @@ def format_rows(rows: list[Row], title: str) -> str:
     return "\n".join(lines)
 
 
+def card_name(text: str) -> str:
+    """The datasheet row of ``--card``: its own name (``H100-80GB``) or the name
+    ``nvidia-smi`` prints (``NVIDIA H100 80GB HBM3``, ``NVIDIA A100-SXM4-40GB``)."""
+    import re
+
+    if text in CARDS:
+        return text
+    memory = re.search(r"(\d+)\s*GB", text.upper())
+    if "A100" in text.upper() and memory is None:
+        raise SpagInputError(f"--card {text}: an A100 of 40 or 80 GB? give A100-40GB or A100-80GB")
+    found = card_family(text, float(memory[1]) if memory else 80.0)
+    if found is None:
+        raise SpagInputError(
+            f"--card {text}: no datasheet row ({', '.join(CARDS)}) for this name; give one "
+            "of those or the name nvidia-smi prints for one (NVIDIA H100 80GB HBM3)"
+        )
+    return found
+
+
 def card_family(name: str, memory_gib: float) -> str | None:
     """The datasheet row of a GPU as NVML names it (``NVIDIA H100 80GB HBM3``), or None."""
     text = name.upper()
@@ -424,19 +448,28 @@ def epoch_estimate(
     nodes: int,
     reply_tokens: float | None = None,
     where: str = "",
+    messages: float | None = None,
+    measured_from: str = "",
 ) -> str:
     """The estimate's text: the shape of an epoch, then its table for this pipeline and
     for the research code's way (one game at a time on each GPU)."""
-    shape = epoch_shape(config, reply_tokens)
+    shape = epoch_shape(config, reply_tokens, messages)
+    upper = epoch_shape(config)
     table = load_throughputs()
     lines = [
         f"one epoch: {_size(model.parameters)} parameters{f' ({where})' if where else ''}, "
         f"{nodes} node(s) x {gpus_per_node} {card}",
-        f"  at most: {shape.games:,} games of {shape.messages} messages of "
+        f"  {'measured (' + measured_from + ')' if measured_from else 'at most'}: "
+        f"{shape.games:,} games of {shape.messages:.3g} messages of "
         f"{shape.reply_tokens:g} tokens, rules prompt ~{shape.prompt_tokens:,.0f} tokens, "
         f"{shape.game_samples:,} game samples of ~{shape.sample_tokens:,.0f} tokens, "
         + (f"{shape.sft_rows:,} SFT rows" if shape.sft_rows is not None else "SFT rows unknown"),
     ]
+    if measured_from:
+        lines.append(
+            f"  at most: {upper.messages:g} messages of {upper.reply_tokens:g} tokens a game, "
+            f"{upper.game_samples:,} game samples of ~{upper.sample_tokens:,.0f} tokens"
+        )
     research = "the research code's sampling (one game at a time on each GPU), the rest as above"
     for title, machine in (("this pipeline", 0), (research, gpus_per_node * nodes)):
         rows = estimate_rows(epoch_work(config, shape, machine), table, card, model,

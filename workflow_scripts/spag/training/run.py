@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,18 @@ def training_arguments(
         # use_cpu would bypass the DeepSpeed set-up; DeepSpeed picks its CPU accelerator itself.
         use_cpu=not on_cuda and deepspeed_config is None,
     )
+
+
+def peak_memory_gib(device: str) -> float:
+    """This rank's peak memory so far: CUDA's allocator on a GPU, else the process's
+    largest resident size."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
 def train(cfg: TrainConfig) -> Path:
@@ -208,7 +221,17 @@ def train(cfg: TrainConfig) -> Path:
         sum(f["is_sft"] for f in features),
         args.world_size,
     )
+    started = time.perf_counter()
     trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    # The steps' own time and memory, apart from loading and saving (spag.ops.calibration
+    # reads this line).
+    log.info(
+        "trained %d steps in %.2f s: %d tokens, peak memory %.2f GiB",
+        trainer.state.global_step,
+        time.perf_counter() - started,
+        trainer.tokens_trained,
+        peak_memory_gib(device),
+    )
     save_final(trainer, cfg, work_log, is_main, str(load_dtype).removeprefix("torch."))
     end_distributed()
     return Path(cfg.output)

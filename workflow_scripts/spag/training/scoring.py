@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import struct
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -292,6 +293,7 @@ def score_file(
         moves=moves,
     )
     move_scores: list[float | None] = []
+    started = time.perf_counter()
     scores = score_features(
         model,
         features,
@@ -300,6 +302,13 @@ def score_file(
         device,
         packed=padding_free,
         moves_out=move_scores if moves else None,
+    )
+    # The work's own time, apart from loading (spag.ops.calibration reads this line).
+    log.info(
+        "scoring took %.2f s for %d tokens of %d samples",
+        time.perf_counter() - started,
+        sum(len(f["input_ids"]) for f in features),
+        len(features),
     )
     column: list[float | None] = [None] * table.num_rows
     move_column: list[float | None] = [None] * table.num_rows

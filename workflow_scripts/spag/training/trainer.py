@@ -57,6 +57,8 @@ class SpagTrainer(Trainer):
         super().__init__(*args, **kwargs)
         # Sample lengths for the length-grouped order (default: the dataset's).
         self.lengths = lengths
+        # Tokens learned from, every rank's, as of the last logged step.
+        self.tokens_trained = 0
         # Our loss is a per-micro-batch mean: let the Trainer divide it by the
         # accumulation steps, as for any loss that does not count tokens itself.
         self.model_accepts_loss_kwargs = False
@@ -158,6 +160,7 @@ class SpagTrainer(Trainer):
             torch.distributed.all_reduce(lo, op=torch.distributed.ReduceOp.MIN)
             torch.distributed.all_reduce(hi, op=torch.distributed.ReduceOp.MAX)
         s = dict(zip(keys, sums.tolist(), strict=True))
+        self.tokens_trained += int(s["tokens"])
         elapsed = max(time.perf_counter() - self._stats_since, 1e-9)
         count = max(s["count"], 1.0)
         return {
