@@ -31,6 +31,7 @@ from test_slurm import write_test_profile  # noqa: E402  (the shipped profile, f
 from workflow_utils import WORKFLOW_FILES  # noqa: E402
 
 from spag.config import read_config_files, validate_config  # noqa: E402
+from spag.ops.calibration import read_calibration  # noqa: E402
 from spag.ops.timing import format_times, rule_times, snakemake_plan  # noqa: E402
 
 TARGET = "spag_epoch3"
@@ -53,7 +54,11 @@ def estimate(run_dir: Path, files: list[str], config: dict, jobs_at_once: int) -
     plan = snakemake_plan(TARGET, run_dir, files)
     times, shape = rule_times(plan, config, run_dir)
     pending = sorted(f"{j.rule}|{j.wildcards}" for j in plan if j.pending)
-    wall = sum(-(-t.pending // jobs_at_once) * t.per_job for t in times if t.per_job and t.pending)
+    wall = sum(
+        -(-t.pending // jobs_at_once) * (t.per_job + t.overhead)
+        for t in times
+        if t.per_job and t.pending
+    )
     return {
         "text": format_times(times, shape, jobs_at_once, f"{TARGET}, from measured figures:"),
         "rules": {
@@ -131,15 +136,14 @@ def main() -> None:
     load = os.getloadavg()[0]
     t_cal = run([*smk, "calibrate", "--configfile", *files], run_dir, log)
     e0 = estimate(run_dir, files, config, args.jobs)
+    (root / "e0.json").write_text(json.dumps(e0, indent=2))  # kept if a later step fails
     t1 = run([*smk, "spag_epoch1", "--configfile", *files], run_dir, log)
     e1 = estimate(run_dir, files, config, args.jobs)
+    (root / "e1.json").write_text(json.dumps(e1, indent=2))
     t23 = run([*smk, TARGET, "--configfile", *files], run_dir, log)
     act0 = actual(run_dir, files, set(e0["pending"]))
     act1 = actual(run_dir, files, set(e1["pending"]))
-    cal = {
-        f.stem: json.loads(f.read_text())
-        for f in (run_dir / "results" / "calibration").glob("*.json")
-    }
+    cal = read_calibration(run_dir / "results" / "calibration")
 
     args.output_dir.mkdir(parents=True, exist_ok=True)
     record = {

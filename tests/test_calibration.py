@@ -55,7 +55,9 @@ def test_its_cost_is_bounded_by_its_time_limit():
     text = cost_bound(config, {"selfplay": 1, "score": 1, "train_imitation": 8, "train_spag": 8})
     assert "4 jobs, each stopped after 20 min" in text
     assert "train_spag: 8 GPU(s) x 20 min" in text
-    assert "at most 6.00 GPU-hours" in text  # (1 + 1 + 8 + 8) x 20 / 60
+    assert "at most 6.00 GPU-hours and 80 job-minutes" in text  # (1 + 1 + 8 + 8) x 20 / 60
+    text = cost_bound(config, {"selfplay": 0, "score": 0, "train_imitation": 0, "train_spag": 0})
+    assert "selfplay: CPU (" in text and "at most 0.00 GPU-hours" in text
 
 
 def _bench(path: Path, seconds: float) -> Path:
@@ -286,3 +288,24 @@ def test_before_any_job_of_a_rule_the_calibration_times_it(calibrated):
                          ("train_spag", "train_spag"), ("train_imitation", "train_imitation")]:  # fmt: skip
         assert by[rule].per_job and f"results/calibration/{family}.json" in by[rule].source
     assert by["merge_episodes"].per_job is None
+
+
+def test_the_executors_own_time_a_job_is_read_from_the_snakemake_logs(tmp_path):
+    from spag.ops.timing import executor_overheads
+
+    log = tmp_path / ".snakemake" / "log" / "2026-12-07T212536.snakemake.log"
+    log.parent.mkdir(parents=True)
+    bench = tmp_path / "results" / "benchmarks"
+    bench.mkdir(parents=True)
+    _bench(bench / "a.tsv", 10.0)
+    _bench(bench / "b.tsv", 2.5)
+    log.write_text(
+        "[Mon Dec  7 21:25:37 2026]\nrule selfplay:\n    jobid: 3\n"
+        "    benchmark: results/benchmarks/a.tsv\n"
+        "[Mon Dec  7 21:25:37 2026]\nlocalrule merge_episodes:\n    jobid: 4\n"
+        "    benchmark: results/benchmarks/b.tsv\n"
+        "[Mon Dec  7 21:25:40 2026]\nFinished jobid: 4 (Rule: merge_episodes)\n"
+        "[Mon Dec  7 21:25:59 2026]\nFinished jobid: 3 (Rule: selfplay)\n"
+    )
+    # selfplay: seen 22 s, its command 10 s; merge_episodes: 3 s against 2.5 s.
+    assert executor_overheads(tmp_path) == {False: [12.0], True: [0.5]}

@@ -79,12 +79,12 @@ def calibration_shards(config: dict[str, Any], words: int) -> int:
 
 
 def calibration_gpus(config: dict[str, Any]) -> dict[str, int]:
-    """The GPUs each calibration job takes: its family's."""
+    """The GPUs each calibration job takes (its family's; 0: a CPU job)."""
     r = config["resources"]
-    train = max(r["train"]["gpus"], 1) * r["train"]["nodes"]
+    train = r["train"]["gpus"] * r["train"]["nodes"]
     return {
-        "selfplay": max(r["selfplay"]["gpus"], 1),
-        "score": max(r["score"]["gpus"], 1),
+        "selfplay": r["selfplay"]["gpus"],
+        "score": r["score"]["gpus"],
         "train_imitation": train,
         "train_spag": train,
     }
@@ -109,8 +109,13 @@ def cost_bound(config: dict[str, Any], gpus: dict[str, int]) -> str:
     for family in FAMILIES:
         g = gpus[family]
         total += g * minutes / 60
-        lines.append(f"  {family}: {g} GPU(s) x {minutes} min")
-    lines.append(f"  at most {total:.2f} GPU-hours (most finish in a few minutes)")
+        res = "train" if family.startswith("train") else family
+        kind = f"{g} GPU(s)" if g else f"CPU ({config['resources'][res]['cpus']} cores)"
+        lines.append(f"  {family}: {kind} x {minutes} min")
+    lines.append(
+        f"  at most {total:.2f} GPU-hours and {len(FAMILIES) * minutes} job-minutes "
+        "(most finish in a few minutes)"
+    )
     return "\n".join(lines)
 
 

@@ -15,8 +15,10 @@ still to run). A job still to run is timed from the best figure there is, in thi
 
 A job with none of these has no figure and is counted apart. Every figure says where it
 came from. Wall time assumes the rules run one after another, each rule's jobs
-``jobs_at_once`` at a time (shards side by side): evaluation jobs that overlap the next
-epoch make it an upper bound there.
+``jobs_at_once`` at a time (shards side by side), each job its figure plus the
+executor's own time a job (submission, start-up, polling: :func:`executor_overheads`,
+from the run's Snakemake logs); evaluation jobs that overlap the next epoch make it an
+upper bound there.
 """
 
 from __future__ import annotations
@@ -114,7 +116,8 @@ def snakemake_plan(
             tail = "\n".join(out.strip().splitlines()[-5:])
             raise SpagInputError(f"`{' '.join(cmd[1:])}` failed in {workdir}:\n{tail}")
         texts.append(out)
-    every = parse_dry_run(texts[0])
+    # The target's own rule runs no command.
+    every = [j for j in parse_dry_run(texts[0]) if j.rule != target]
     pending = {j.key for j in parse_dry_run(texts[1])}
     root = Path(workdir)
     for job in every:
@@ -131,6 +134,49 @@ def _benchmark(path: Path) -> float | None:
         return float(rows[-1]["s"])
     except (OSError, KeyError, IndexError, ValueError):
         return None
+
+
+_STAMP = re.compile(r"^\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+_FINISHED = re.compile(r"^Finished jobid: (\d+) ")
+
+
+def executor_overheads(workdir: str | os.PathLike) -> dict[bool, list[float]]:
+    """Seconds a job costs beyond its command, local steps (True) and submitted jobs
+    (False) apart: from the run's Snakemake logs (``.snakemake/log``), the time from a
+    job's announcement to its end seen, minus its benchmark file's command time. On a
+    cluster this is the submission, the queue, the job's own start-up and the polling."""
+    import datetime as dt
+
+    found: dict[bool, list[float]] = {True: [], False: []}
+    root = Path(workdir)
+    for log in sorted((root / ".snakemake" / "log").glob("*.snakemake.log")):
+        now = None
+        blocks: dict[str, tuple[dt.datetime, bool, str | None]] = {}
+        current: list = []
+        for line in log.read_text(errors="replace").splitlines():
+            m = _STAMP.match(line)
+            if m:
+                now = dt.datetime.strptime(m[1], "%a %b %d %H:%M:%S %Y")
+                continue
+            m = _BLOCK.match(line)
+            if m and now is not None:
+                current = [now, bool(m["local"]), None, None]  # announced, local, id, bench
+                continue
+            key, _, value = line.strip().partition(": ")
+            if current and key == "jobid":
+                current[2] = value
+            elif current and key == "benchmark":
+                current[3] = value
+                if current[2] is not None:
+                    blocks[current[2]] = (current[0], current[1], value)
+            m = _FINISHED.match(line)
+            if m and now is not None and m[1] in blocks:
+                announced, local, bench = blocks.pop(m[1])
+                seconds = _benchmark(root / bench)
+                if seconds is not None:
+                    wall = (now - announced).total_seconds()
+                    found[local].append(max(wall - seconds, 0.0))
+    return found
 
 
 # ---------------------------------------------------------------- shape
@@ -228,6 +274,8 @@ class RuleTime:
     spent: float = 0.0  # seconds of its finished jobs
     per_job: float | None = None  # seconds a job still to run
     source: str = "no figure"
+    local: bool = False  # run where Snakemake runs (no submission)
+    overhead: float = 0.0  # the executor's seconds a job beyond its command
 
     @property
     def left(self) -> float | None:
@@ -244,8 +292,9 @@ def rule_times(
     by_rule: dict[str, RuleTime] = {}
     measured: dict[str, list[float]] = defaultdict(list)
     light: list[float] = []
+    overheads = executor_overheads(root)
     for j in jobs:
-        t = by_rule.setdefault(j.rule, RuleTime(j.rule))
+        t = by_rule.setdefault(j.rule, RuleTime(j.rule, local=j.local))
         if j.pending:
             t.pending += 1
         else:
@@ -256,6 +305,8 @@ def rule_times(
                 if j.rule not in CALIBRATED and j.rule not in UNCALIBRATED:
                     light.append(j.seconds)
     for rule, t in by_rule.items():
+        # The median: a job's queue wait behind the run's own jobs is counted in waves.
+        t.overhead = statistics.median(overheads[t.local]) if overheads[t.local] else 0.0
         if measured[rule]:
             values = measured[rule]
             t.per_job = statistics.fmean(values)
@@ -296,11 +347,17 @@ def format_times(times: list[RuleTime], shape: GameShape, jobs_at_once: int, tit
     spent = sum(t.spent for t in times)
     left = sum(t.left or 0.0 for t in times)
     wall = sum(
-        math.ceil(t.pending / max(jobs_at_once, 1)) * t.per_job
+        math.ceil(t.pending / max(jobs_at_once, 1)) * (t.per_job + t.overhead)
         for t in times
         if t.per_job is not None and t.pending
     )
+    remote = next((t.overhead for t in times if not t.local), 0.0)
+    local = next((t.overhead for t in times if t.local), 0.0)
     unknown = [f"{t.rule} ({t.pending})" for t in times if t.pending and t.per_job is None]
+    lines.append(
+        f"  the executor's time a job beyond its command (median, the run's Snakemake logs): "
+        f"{remote:.0f} s submitted, {local:.0f} s local"
+    )
     lines.append(
         f"  target: {_hms(spent)} of job time spent; {_hms(left)} of job time left, about "
         f"{_hms(wall)} wall at {jobs_at_once} job(s) at once"
