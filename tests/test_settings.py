@@ -60,6 +60,7 @@ def test_every_section_is_declared_by_a_class():
         "rewards": "RewardsSettings",
         "scoring": "ScoringSettings",
         "tracking": "TrackingSettings",
+        "calibration": "CalibrationSettings",
         "evaluation": "EvaluationSettings",
         "evaluation.hints": "HintsSettings",
         "evaluation.reasoning": "ReasoningSettings",
