@@ -81,6 +81,47 @@ def actual(run_dir: Path, files: list[str], keys: set[str]) -> dict[str, float]:
     return out
 
 
+def partial(root: Path, files: list[str], name: str, out: Path) -> None:
+    """A run stopped before its end: each estimate against the jobs finished so far, rule
+    by rule (the estimate's figure a job x the jobs finished, against their time)."""
+    run_dir = root / "run"
+    plan = {f"{j.rule}|{j.wildcards}": j for j in snakemake_plan(TARGET, run_dir, files)}
+    md = [f"# The estimate against reality, the jobs finished so far: {name}", ""]
+    for label in ("e0", "e1"):
+        path = root / f"{label}.json"
+        if not path.is_file():
+            continue
+        est = json.loads(path.read_text())
+        md += [f"## {label.upper()}", "", "| rule | finished of planned | estimated (s) | actual (s) | error |",
+               "|---|---:|---:|---:|---:|"]  # fmt: skip
+        done: dict[str, list[float]] = {}
+        for key in est["pending"]:
+            j = plan.get(key)
+            if j is not None and not j.pending and j.seconds is not None:
+                done.setdefault(j.rule, []).append(j.seconds)
+        te = ta = 0.0
+        for rule, secs in done.items():
+            per_job = est["rules"][rule]["per_job"]
+            a = sum(secs)
+            if per_job is None:
+                md.append(
+                    f"| {rule} | {len(secs)} of {est['rules'][rule]['pending']} | - | {a:.0f} | - |"
+                )
+                continue
+            e = per_job * len(secs)
+            te, ta = te + e, ta + a
+            md.append(f"| {rule} | {len(secs)} of {est['rules'][rule]['pending']} | {e:.0f} | "
+                      f"{a:.0f} | {(e - a) / a:+.0%} |")  # fmt: skip
+        if ta:
+            md.append(
+                f"| **finished jobs with a figure** | | {te:.0f} | {ta:.0f} | {(te - ta) / ta:+.0%} |"
+            )
+        md.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}-partial.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
 def compare(est: dict, act: dict[str, float], wall: float) -> list[str]:
     lines = ["| rule | jobs | estimated (s) | actual (s) | error | source |", "|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for rule, r in est["rules"].items():
@@ -114,7 +155,16 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2, help="jobs of a rule at once (the estimate)")
     p.add_argument("--output-dir", type=Path, default=REPO / "perf" / "results" / "estimate")
     p.add_argument("--keep", type=Path, default=None, help="run here (kept) instead of /tmp")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="the run in --keep was stopped: compare its estimates with the jobs finished",
+    )
     args = p.parse_args()
+    if args.partial:
+        files = ["config.yaml", *(f"overlay{i}.yaml" for i in range(len(args.configfile)))]
+        partial(args.keep, files, args.name, args.output_dir)
+        return
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="estimate-check-"))
     run_dir = root / "run"
