@@ -132,15 +132,28 @@ def benchmark_seconds(path: str | Path) -> float:
         raise SpagInputError(f"{path}: not a Snakemake benchmark file ({exc})") from None
 
 
-def _match(pattern: re.Pattern, log: Path) -> re.Match:
+def _read(log: Path) -> str:
     try:
-        text = log.read_text(errors="replace")
+        return log.read_text(errors="replace")
     except OSError as exc:
         raise SpagInputError(f"{log}: {exc.strerror}") from None
-    found = list(pattern.finditer(text))
+
+
+def _match(pattern: re.Pattern, log: Path, text: str | None = None) -> re.Match:
+    found = list(pattern.finditer(_read(log) if text is None else text))
     if not found:
         raise SpagInputError(f"{log}: no line matching {pattern.pattern!r}")
     return found[-1]
+
+
+def _rate(tokens: int, seconds: float, benchmark: str | Path) -> dict:
+    """A job's rate over its work's own seconds, and the rest of its wall time (fixed)."""
+    wall = benchmark_seconds(benchmark)
+    return {
+        "job_seconds": wall,
+        "tokens_per_s": tokens / max(seconds, 1e-9),
+        "fixed_seconds": max(wall - seconds, 0.0),
+    }
 
 
 def job_record(output: str | Path) -> dict[str, Any]:
@@ -163,20 +176,18 @@ def selfplay_figures(episodes: str | Path, log: str | Path, benchmark: str | Pat
     """Self-play's rate and its games' shape from the calibration's games."""
     import pyarrow.parquet as pq
 
-    m = _match(PLAY_LINE, Path(log))
+    text = _read(Path(log))
+    m = _match(PLAY_LINE, Path(log), text)
     table = pq.read_table(episodes, columns=["history", "message_tokens", "end_reason"])
     messages = [len(h) for h in table.column("history").to_pylist()]
     replies = [t for row in table.column("message_tokens").to_pylist() for t in row or []]
-    engine = list(ENGINE_LINE.finditer(Path(log).read_text(errors="replace")))
+    engine = list(ENGINE_LINE.finditer(text))
     seconds, tokens = float(m["seconds"]), int(m["tokens"])
-    wall = benchmark_seconds(benchmark)
     return {
         "games": int(m["games"]),
         "generated_tokens": tokens,
         "play_seconds": seconds,
-        "job_seconds": wall,
-        "tokens_per_s": tokens / max(seconds, 1e-9),
-        "fixed_seconds": max(wall - seconds, 0.0),
+        **_rate(tokens, seconds, benchmark),
         "messages_per_game": statistics.fmean(messages) if messages else None,
         "reply_tokens": statistics.fmean(replies) if replies else None,
         "games_finished": sum(r != "max_turns" for r in table.column("end_reason").to_pylist()),
@@ -188,14 +199,11 @@ def selfplay_figures(episodes: str | Path, log: str | Path, benchmark: str | Pat
 def score_figures(log: str | Path, benchmark: str | Path) -> dict:
     m = _match(SCORE_LINE, Path(log))
     seconds, tokens = float(m["seconds"]), int(m["tokens"])
-    wall = benchmark_seconds(benchmark)
     return {
         "samples": int(m["rows"]),
         "tokens": tokens,
         "work_seconds": seconds,
-        "job_seconds": wall,
-        "tokens_per_s": tokens / max(seconds, 1e-9),
-        "fixed_seconds": max(wall - seconds, 0.0),
+        **_rate(tokens, seconds, benchmark),
     }
 
 

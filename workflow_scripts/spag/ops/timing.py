@@ -23,7 +23,6 @@ upper bound there.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from spag.errors import SpagInputError
-from spag.ops.calibration import read_calibration
+from spag.ops.calibration import benchmark_seconds, read_calibration
 
 # Rules timed from a calibration family, and how their tokens are counted.
 PLAY_RULES = ("selfplay",)
@@ -128,11 +127,10 @@ def snakemake_plan(
 
 
 def _benchmark(path: Path) -> float | None:
+    """A finished job's command time, None where its benchmark file does not read."""
     try:
-        with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh, delimiter="\t"))
-        return float(rows[-1]["s"])
-    except (OSError, KeyError, IndexError, ValueError):
+        return benchmark_seconds(path)
+    except SpagInputError:
         return None
 
 
